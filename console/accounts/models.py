@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import hashlib
+
+from django.conf import settings
+from django.db import models
+
+
+class Capability(models.Model):
+    """Holds the permissions roles are made of; it has no table of its own."""
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        permissions = [
+            ("upload_trace", "Upload and delete traces"),
+            ("run_experiment", "Define, run, retry and cancel experiments"),
+            ("draft_decision", "Draft and edit decisions"),
+            ("sign_decision", "Sign off decisions"),
+        ]
+
+
+class ApiToken(models.Model):
+    """A bearer token for the JSON API. Only its sha256 is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, default="default")
+    key_sha256 = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    @staticmethod
+    def digest(key: str) -> str:
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    def __str__(self) -> str:
+        return f"{self.user} / {self.name}"
+
+
+class WorkerHeartbeat(models.Model):
+    """Written by the ``workers.ping`` task: proof that a real worker reached the database."""
+
+    note = models.CharField(max_length=200)
+    hostname = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)

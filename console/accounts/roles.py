@@ -1,0 +1,24 @@
+"""The three roles, as Django groups with permissions.
+
+engineer: upload traces, define and run experiments, draft decisions.
+approver: everything an engineer can, plus sign off.
+viewer: read only.
+"""
+
+from __future__ import annotations
+
+ENGINEER = "engineer"
+APPROVER = "approver"
+VIEWER = "viewer"
+ROLES = (ENGINEER, APPROVER, VIEWER)
+
+UPLOAD_TRACE = "accounts.upload_trace"
+RUN_EXPERIMENT = "accounts.run_experiment"
+DRAFT_DECISION = "accounts.draft_decision"
+SIGN_DECISION = "accounts.sign_decision"
+
+ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
+    ENGINEER: (UPLOAD_TRACE, RUN_EXPERIMENT, DRAFT_DECISION),
+    APPROVER: (UPLOAD_TRACE, RUN_EXPERIMENT, DRAFT_DECISION, SIGN_DECISION),
+    VIEWER: (),
+}

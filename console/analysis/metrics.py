@@ -1,0 +1,458 @@
+"""Per-request latency metrics, aggregates, speculation (acceptance) tables, resources and cost.
+
+Pure functions over pandas/numpy; no Django. Times are seconds, lengths are tokens, money is USD,
+memory is bytes, energy is joules.
+
+Input contract (one row per request per run)
+--------------------------------------------
+``run_id`` int, ``arm`` str, ``is_baseline`` bool, ``load`` str, ``rate_multiplier`` float,
+``repeat`` int, ``request_id`` str, ``task`` str, ``traffic_class`` ("interactive"|"batch"),
+``prompt_tokens`` int, ``max_tokens`` int, ``scheduled_s``/``sent_s``/``first_token_s``/``finish_s``
+float seconds from run start (``first_token_s``/``finish_s`` NaN when failed or no output),
+``queue_s`` float, ``chunk_times`` list[float] (seconds from run start, one per visible chunk),
+``chunk_tokens`` list[int] (tokens per chunk), ``num_output_tokens`` int, ``output_token_ids``
+list[int], ``output_text`` str, ``finish_reason`` str|None, ``error`` str|None (non-empty means
+failed), ``drafted``/``accepted`` list[int] per verification step (empty for the baseline),
+``response_format`` dict|None, ``tools`` list|None. Optional ``result_id`` is passed through to
+regression lists.
+
+Runs frame (one row per run): ``run_id, arm, load, repeat, wall_s, peak_memory_bytes,
+mean_util`` (fraction or percent, passed through), ``energy_j`` (NaN when unmeasured),
+``accelerator_count`` (default 1).
+
+Definitions
+-----------
+- **completed**: no error, ``finish_s`` finite and ``finish_reason`` not null. Everything else is
+  **failed**. Latency metrics are computed over completed requests only (NaN for failed ones);
+  failures show up in completed requests/s, goodput, attainment and cost per successful task.
+- **TTFT** = ``first_token_s - scheduled_s``: the user issued the request at its scheduled time,
+  so client-side queueing counts. ``ttft_from_send_s`` = ``first_token_s - sent_s``.
+- **e2e** = ``finish_s - scheduled_s``. **queue** = the ``queue_s`` column as given.
+- **TPOT** = (e2e - TTFT) / (tokens - 1); NaN when tokens < 2.
+- **Inter-token gap per chunk**: the differences of consecutive ``chunk_times`` (what the user
+  sees; a chunk of several speculative tokens is one gap). The first chunk has no gap (it is TTFT).
+- **Inter-token gap per token**: a chunk of n tokens arriving g seconds after the previous chunk
+  counts as n gaps of g/n; the first chunk's extra n0 - 1 tokens arrived with the first token and
+  count as gaps of 0. So a request has tokens - 1 per-token gaps summing to
+  ``chunk_times[-1] - chunk_times[0]``, and their mean equals TPOT when the last chunk is the finish.
+- **Zero output tokens**: a completed request with no output has e2e (it finished), no TTFT,
+  TPOT or gaps (NaN). For its TTFT deadline the finish time stands in for the first token: the
+  user had the (empty) answer then.
+- **Deadlines**: ``{"interactive": {"e2e_s": 10, "ttft_s": 1}, "batch": {"e2e_s": 120}}``; a
+  missing class or key means no limit. ``met_deadline`` = completed and within every limit.
+- **Throughput** over a group: completed / Σ wall_s of the runs in the group (requests/s);
+  output tokens of completed requests / Σ wall_s (tokens/s); goodput = met_deadline / Σ wall_s;
+  attainment = met_deadline / requests. For a slice, wall_s is the whole run's: the slice's share.
+- **Speculation**: per verification step k proposed, a accepted. Acceptance rate = Σa / Σk;
+  accepted tokens per target pass = mean(a + 1) over steps; position j (1-based) is proposed iff
+  k >= j and accepted iff a >= j. A step's **output position** is the number of answer tokens
+  emitted before it: steps are assumed to produce the last Σ(a + 1) tokens of the answer (what
+  comes before, e.g. the prefill's token, is the offset ``max(0, tokens - Σ(a + 1))``).
+- **Cost**: accelerator-hours = wall_s / 3600 x accelerator_count; cost = accelerator-hours x
+  cost_per_hour_usd (+ energy_j / 3.6e6 kWh x power price when both are known). Success =
+  completed, met_deadline and ``output_valid`` (quality checks, where applicable).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from console.analysis.slices import OUTPUT_POSITION_EDGES, bucket_assign
+
+PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
+STATS: tuple[str, ...] = tuple(f"p{p}" for p in PERCENTILES) + ("mean",)
+# Per-request latency columns produced by requests_derive (seconds).
+REQUEST_METRICS: tuple[str, ...] = (
+    "ttft_s",
+    "ttft_from_send_s",
+    "tpot_s",
+    "e2e_s",
+    "queue_s",
+    "itl_chunk_mean_s",
+)
+# Pooled gap distributions (seconds), available per run and per arm x load.
+GAP_METRICS: tuple[str, ...] = ("itl_chunk_s", "itl_token_s")
+
+Deadlines = Mapping[str, Mapping[str, float]]
+
+
+def _flatten(column: pd.Series, dtype: type) -> tuple[np.ndarray, np.ndarray]:
+    """Flatten a column of lists: (values, length per row). ``None``/NaN rows count as empty."""
+    items = [x if isinstance(x, list | tuple | np.ndarray) else () for x in column]
+    lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+    flat = np.fromiter(itertools.chain.from_iterable(items), dtype=dtype, count=int(lens.sum()))
+    return flat, lens
+
+
+def _failed_mask(requests: pd.DataFrame) -> np.ndarray:
+    error = requests["error"]
+    has_error = error.notna().to_numpy() & (error.fillna("").astype(str).str.len() > 0).to_numpy()
+    finish = requests["finish_s"].to_numpy(dtype=float)
+    return has_error | ~np.isfinite(finish) | requests["finish_reason"].isna().to_numpy()
+
+
+def _deadline_limits(traffic_class: pd.Series, deadlines: Deadlines | None, key: str) -> np.ndarray:
+    limits = {cls: float(d[key]) for cls, d in (deadlines or {}).items() if d and d.get(key) is not None}
+    return traffic_class.map(limits).astype(float).fillna(np.inf).to_numpy()
+
+
+def requests_derive(requests: pd.DataFrame, *, deadlines: Deadlines | None = None) -> pd.DataFrame:
+    """Per-request derived metrics, one row per input row (same index).
+
+    Adds: ``completed`` (bool), ``failed`` (bool), ``output_tokens`` (tokens, 0 when failed),
+    ``ttft_s``, ``ttft_from_send_s``, ``e2e_s``, ``tpot_s``, ``queue_s``, ``itl_chunk_mean_s``
+    (mean gap between visible chunks), ``itl_chunk_max_s`` (longest stall) in seconds, NaN where
+    undefined (see module docstring); ``n_chunks``; ``met_deadline`` (bool).
+    """
+    out = requests.copy()
+    failed = _failed_mask(requests)
+    completed = ~failed
+    sched = requests["scheduled_s"].to_numpy(dtype=float)
+    sent = requests["sent_s"].to_numpy(dtype=float)
+    first = requests["first_token_s"].to_numpy(dtype=float)
+    finish = requests["finish_s"].to_numpy(dtype=float)
+    tokens = requests["num_output_tokens"].fillna(0).to_numpy(dtype=np.int64)
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ttft = np.where(completed, first - sched, np.nan)
+        ttft_send = np.where(completed, first - sent, np.nan)
+        e2e = np.where(completed, finish - sched, np.nan)
+        tpot = np.where(completed & (tokens >= 2), (e2e - ttft) / (tokens - 1), np.nan)
+
+    times, lens = _flatten(requests["chunk_times"], float)
+    starts = np.cumsum(lens) - lens
+    n_chunks = lens
+    has_gaps = completed & (lens >= 2)
+    last = np.full(len(lens), np.nan)
+    firstc = np.full(len(lens), np.nan)
+    nonempty = lens > 0
+    firstc[nonempty] = times[starts[nonempty]]
+    last[nonempty] = times[starts[nonempty] + lens[nonempty] - 1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        itl_mean = np.where(has_gaps, (last - firstc) / (lens - 1), np.nan)
+    gaps, gap_row, _ = _chunk_gaps(times, lens)
+    itl_max = np.full(len(lens), np.nan)
+    if gaps.size:
+        np.fmax.at(itl_max, gap_row, gaps)
+    itl_max[~has_gaps] = np.nan
+
+    e2e_limit = _deadline_limits(requests["traffic_class"], deadlines, "e2e_s")
+    ttft_limit = _deadline_limits(requests["traffic_class"], deadlines, "ttft_s")
+    ttft_for_deadline = np.where(np.isfinite(ttft), ttft, e2e)
+    met = completed & (e2e <= e2e_limit) & (ttft_for_deadline <= ttft_limit)
+
+    out["completed"] = completed
+    out["failed"] = failed
+    out["output_tokens"] = np.where(completed, tokens, 0)
+    out["ttft_s"] = ttft
+    out["ttft_from_send_s"] = ttft_send
+    out["e2e_s"] = e2e
+    out["tpot_s"] = tpot
+    out["queue_s"] = requests["queue_s"].to_numpy(dtype=float)
+    out["itl_chunk_mean_s"] = itl_mean
+    out["itl_chunk_max_s"] = itl_max
+    out["n_chunks"] = n_chunks
+    out["met_deadline"] = met
+    return out
+
+
+def _chunk_gaps(times: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gaps between consecutive chunks: (gap seconds, row index, position of the later chunk in
+    the flat array)."""
+    starts = np.cumsum(lens) - lens
+    keep = np.ones(times.size, dtype=bool)
+    keep[starts[lens > 0]] = False
+    prev = np.empty_like(times)
+    if times.size:
+        prev[1:] = times[:-1]
+        prev[0] = np.nan
+    idx = np.flatnonzero(keep)
+    rows = np.repeat(np.arange(lens.size), lens)[idx]
+    return times[idx] - prev[idx], rows, idx
+
+
+def gaps_flatten(requests: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Pooled inter-token gaps of completed requests (seconds).
+
+    Returns ``{"chunk_gap_s", "chunk_row", "token_gap_s", "token_row"}``: per-chunk gaps and the
+    positional row (0-based, in ``requests`` order) each belongs to; per-token gaps (see module
+    docstring) and their rows. ``requests`` needs ``completed`` (from :func:`requests_derive`).
+    """
+    times, lens = _flatten(requests["chunk_times"], float)
+    ctoks, tlens = _flatten(requests["chunk_tokens"], np.int64)
+    if not np.array_equal(lens, tlens):
+        bad = requests["request_id"].to_numpy()[np.flatnonzero(lens != tlens)[:5]]
+        raise ValueError(f"chunk_times and chunk_tokens differ in length for requests {list(bad)}")
+    completed = requests["completed"].to_numpy(dtype=bool)
+    gaps, rows, idx = _chunk_gaps(times, lens)
+    keep = completed[rows]
+    gaps, rows, idx = gaps[keep], rows[keep], idx[keep]
+    per_chunk_tokens = np.maximum(ctoks[idx], 1)
+    token_gaps = np.repeat(gaps / per_chunk_tokens, per_chunk_tokens)
+    token_rows = np.repeat(rows, per_chunk_tokens)
+    # The first chunk's extra tokens arrived together with the first token: gaps of 0.
+    starts = np.cumsum(lens) - lens
+    nonempty = (lens > 0) & completed
+    extra = np.zeros(lens.size, dtype=np.int64)
+    extra[nonempty] = np.maximum(ctoks[starts[nonempty]] - 1, 0)
+    zero_rows = np.repeat(np.arange(lens.size), extra)
+    return {
+        "chunk_gap_s": gaps,
+        "chunk_row": rows,
+        "token_gap_s": np.concatenate([token_gaps, np.zeros(zero_rows.size)]),
+        "token_row": np.concatenate([token_rows, zero_rows]),
+    }
+
+
+def _quantiles(values: np.ndarray) -> dict[str, float]:
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return {s: float("nan") for s in STATS}
+    qs = np.percentile(values, PERCENTILES)
+    out = {f"p{p}": float(q) for p, q in zip(PERCENTILES, qs, strict=True)}
+    out["mean"] = float(values.mean())
+    return out
+
+
+def _group_codes(frame: pd.DataFrame, by: Sequence[str]) -> tuple[np.ndarray, pd.DataFrame]:
+    codes, uniques = pd.MultiIndex.from_frame(frame[list(by)].astype(object)).factorize()
+    keys = uniques.to_frame(index=False)
+    keys.columns = list(by)
+    return np.asarray(codes), keys
+
+
+def metrics_aggregate(
+    derived: pd.DataFrame,
+    runs: pd.DataFrame,
+    *,
+    by: Sequence[str],
+    gaps: Mapping[str, np.ndarray] | None = None,
+) -> pd.DataFrame:
+    """One row per group of ``by`` (columns of ``derived``), e.g. ``["run_id"]``,
+    ``["arm", "load"]`` or ``["arm", "load", "task"]``.
+
+    Columns: the group keys; ``n_requests``, ``n_completed``, ``n_failed``, ``n_met_deadline``,
+    ``n_runs``, ``wall_s`` (Σ over the group's runs), ``output_tokens``; ``{metric}_{stat}`` for
+    every metric in ``REQUEST_METRICS`` (seconds) and stat in ``STATS``; when ``gaps`` (from
+    :func:`gaps_flatten` over the same ``derived``) is given, the pooled ``itl_chunk_s_*`` and
+    ``itl_token_s_*`` too; ``completed_rps``, ``goodput_rps`` (requests/s),
+    ``output_tokens_per_s`` (tokens/s), ``deadline_attainment`` (fraction).
+    """
+    codes, keys = _group_codes(derived, by)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
+    columns = {m: derived[m].to_numpy(dtype=float) for m in REQUEST_METRICS}
+    gap_sets: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    if gaps is not None:
+        for name, vkey, rkey in (
+            ("itl_chunk_s", "chunk_gap_s", "chunk_row"),
+            ("itl_token_s", "token_gap_s", "token_row"),
+        ):
+            gcodes = codes[gaps[rkey]]
+            gorder = np.argsort(gcodes, kind="stable")
+            gbounds = np.searchsorted(gcodes[gorder], np.arange(len(keys) + 1))
+            gap_sets[name] = (gaps[vkey][gorder], gbounds)
+    rows = []
+    for g in range(len(keys)):
+        sel = order[bounds[g] : bounds[g + 1]]
+        row: dict[str, float] = {}
+        for m, values in columns.items():
+            for stat, v in _quantiles(values[sel]).items():
+                row[f"{m}_{stat}"] = v
+        for name, (values, gb) in gap_sets.items():
+            for stat, v in _quantiles(values[gb[g] : gb[g + 1]]).items():
+                row[f"{name}_{stat}"] = v
+        rows.append(row)
+    out = pd.concat([keys, pd.DataFrame(rows, index=keys.index)], axis=1)
+
+    frame = derived[list(by) + ["run_id", "completed", "met_deadline", "output_tokens"]].copy()
+    frame["_g"] = codes
+    counts = frame.groupby("_g").agg(
+        n_requests=("completed", "size"),
+        n_completed=("completed", "sum"),
+        n_met_deadline=("met_deadline", "sum"),
+        output_tokens=("output_tokens", "sum"),
+        n_runs=("run_id", "nunique"),
+    )
+    wall = runs.set_index("run_id")["wall_s"].astype(float)
+    run_groups = frame[["_g", "run_id"]].drop_duplicates()
+    run_groups["wall_s"] = run_groups["run_id"].map(wall)
+    counts["wall_s"] = run_groups.groupby("_g")["wall_s"].sum(min_count=1)
+    counts = counts.reindex(np.arange(len(keys)))
+    for col in ("n_requests", "n_completed", "n_met_deadline", "output_tokens", "n_runs"):
+        out[col] = counts[col].to_numpy().astype(np.int64)
+    out["n_failed"] = out["n_requests"] - out["n_completed"]
+    out["wall_s"] = counts["wall_s"].to_numpy(dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["completed_rps"] = out["n_completed"] / out["wall_s"]
+        out["goodput_rps"] = out["n_met_deadline"] / out["wall_s"]
+        out["output_tokens_per_s"] = out["output_tokens"] / out["wall_s"]
+        out["deadline_attainment"] = out["n_met_deadline"] / out["n_requests"]
+    return out
+
+
+def steps_flatten(requests: pd.DataFrame) -> pd.DataFrame:
+    """One row per verification step: ``row`` (positional row in ``requests``), ``step`` (0-based),
+    ``drafted`` and ``accepted`` (tokens), ``output_position`` (answer tokens emitted before the
+    step, see module docstring) and ``position_bucket`` (label from ``OUTPUT_POSITION_EDGES``).
+
+    Raises ValueError when a request's ``drafted`` and ``accepted`` lists differ in length or a
+    step accepts more than it drafted.
+    """
+    drafted, dlens = _flatten(requests["drafted"], np.int64)
+    accepted, alens = _flatten(requests["accepted"], np.int64)
+    ids = requests["request_id"].to_numpy()
+    if not np.array_equal(dlens, alens):
+        raise ValueError(f"drafted/accepted lengths differ for requests {list(ids[dlens != alens][:5])}")
+    bad = accepted > drafted
+    if bad.any() or (accepted < 0).any():
+        rows = np.repeat(np.arange(dlens.size), dlens)[bad | (accepted < 0)]
+        raise ValueError(f"accepted outside [0, drafted] for requests {list(ids[np.unique(rows)][:5])}")
+    rows = np.repeat(np.arange(dlens.size), dlens)
+    starts = np.cumsum(dlens) - dlens
+    emitted = accepted + 1
+    cum = np.cumsum(emitted)
+    base = np.zeros(dlens.size, dtype=np.int64)
+    nonempty = dlens > 0
+    base[nonempty] = cum[starts[nonempty]] - emitted[starts[nonempty]]
+    before_in_request = cum - emitted - np.repeat(base, dlens)
+    total_by_row = np.zeros(dlens.size, dtype=np.int64)
+    np.add.at(total_by_row, rows, emitted)
+    tokens = requests["num_output_tokens"].fillna(0).to_numpy(dtype=np.int64)
+    offset = np.maximum(tokens - total_by_row, 0)
+    position = before_in_request + offset[rows]
+    return pd.DataFrame(
+        {
+            "row": rows,
+            "step": np.arange(drafted.size) - np.repeat(starts, dlens),
+            "drafted": drafted,
+            "accepted": accepted,
+            "output_position": position,
+            "position_bucket": bucket_assign(position, edges=OUTPUT_POSITION_EDGES),
+        }
+    )
+
+
+def acceptance_aggregate(steps: pd.DataFrame, keys: pd.DataFrame, *, by: Sequence[str]) -> pd.DataFrame:
+    """Acceptance per group. ``keys`` is the per-request frame whose positional rows ``steps.row``
+    refers to; ``by`` may name its columns and ``position_bucket``.
+
+    Columns: keys, ``steps`` (target passes), ``drafted`` and ``accepted`` (Σ tokens),
+    ``acceptance_rate`` (Σaccepted / Σdrafted, NaN when nothing was drafted),
+    ``accepted_per_pass`` (mean(accepted + 1), tokens per target pass).
+    """
+    frame = _steps_with_keys(steps, keys, by)
+    out = (
+        frame.groupby(list(by), dropna=False, sort=True)
+        .agg(steps=("accepted", "size"), drafted=("drafted", "sum"), accepted=("accepted", "sum"))
+        .reset_index()
+    )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["acceptance_rate"] = np.where(out["drafted"] > 0, out["accepted"] / out["drafted"], np.nan)
+        out["accepted_per_pass"] = (out["accepted"] + out["steps"]) / out["steps"]
+    return out
+
+
+def _steps_with_keys(steps: pd.DataFrame, keys: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    frame = steps[["row", "drafted", "accepted", "position_bucket"]].copy()
+    for col in by:
+        if col != "position_bucket":
+            frame[col] = keys[col].to_numpy()[frame["row"].to_numpy()]
+    return frame
+
+
+def acceptance_by_position(steps: pd.DataFrame, keys: pd.DataFrame, *, by: Sequence[str]) -> pd.DataFrame:
+    """Per-position acceptance per group: one row per group and draft position j = 1..max k.
+
+    Columns: keys, ``position`` (1-based), ``proposed`` (steps with k >= j), ``accepted`` (steps
+    with a >= j), ``rate`` = accepted / proposed = P(position j accepted | proposed).
+    """
+    frame = _steps_with_keys(steps, keys, by)
+    if frame.empty:
+        return pd.DataFrame(columns=[*by, "position", "proposed", "accepted", "rate"])
+    codes, gkeys = _group_codes(frame, by)
+    kmax = int(frame["drafted"].max())
+    n_groups = len(gkeys)
+    width = kmax + 1
+
+    def at_least(values: np.ndarray) -> np.ndarray:
+        hist = np.bincount(codes * width + values, minlength=n_groups * width).reshape(n_groups, width)
+        return np.cumsum(hist[:, ::-1], axis=1)[:, ::-1]  # [g, j] = #(values >= j)
+
+    proposed = at_least(frame["drafted"].to_numpy())[:, 1:]
+    accepted = at_least(frame["accepted"].to_numpy())[:, 1:]
+    out = gkeys.loc[gkeys.index.repeat(kmax)].reset_index(drop=True)
+    out["position"] = np.tile(np.arange(1, kmax + 1), n_groups)
+    out["proposed"] = proposed.ravel()
+    out["accepted"] = accepted.ravel()
+    out = out[out["proposed"] > 0].reset_index(drop=True)
+    out["rate"] = out["accepted"] / out["proposed"]
+    return out.sort_values([*by, "position"]).reset_index(drop=True)
+
+
+def run_costs(
+    runs: pd.DataFrame,
+    derived: pd.DataFrame,
+    *,
+    cost_per_hour_usd: float,
+    power_price_usd_per_kwh: float | None = None,
+) -> pd.DataFrame:
+    """Resources and cost per run (one row per row of ``runs``).
+
+    ``derived`` needs ``completed``, ``met_deadline``, ``output_tokens`` and optionally
+    ``output_valid`` (missing = valid). Adds ``accelerator_hours`` (h), ``energy_kwh``,
+    ``cost_usd`` (USD), ``energy_cost_included`` (bool), ``successes``, ``output_tokens``,
+    ``n_requests``.
+    """
+    out = runs.copy()
+    count = out["accelerator_count"].fillna(1) if "accelerator_count" in out else 1
+    out["accelerator_hours"] = out["wall_s"].astype(float) / 3600.0 * count
+    energy = out["energy_j"].astype(float) if "energy_j" in out else pd.Series(np.nan, index=out.index)
+    out["energy_kwh"] = energy / 3.6e6
+    out["cost_usd"] = out["accelerator_hours"] * float(cost_per_hour_usd)
+    use_energy = np.isfinite(energy.to_numpy()) & (power_price_usd_per_kwh is not None)
+    out["energy_cost_included"] = use_energy
+    if power_price_usd_per_kwh is not None:
+        out.loc[use_energy, "cost_usd"] += out.loc[use_energy, "energy_kwh"] * float(power_price_usd_per_kwh)
+    success = request_success(derived)
+    per_run = pd.DataFrame(
+        {"run_id": derived["run_id"], "success": success, "output_tokens": derived["output_tokens"]}
+    ).groupby("run_id")
+    out["successes"] = out["run_id"].map(per_run["success"].sum()).fillna(0).astype(np.int64)
+    out["output_tokens"] = out["run_id"].map(per_run["output_tokens"].sum()).fillna(0).astype(np.int64)
+    out["n_requests"] = out["run_id"].map(per_run.size()).fillna(0).astype(np.int64)
+    return out
+
+
+def request_success(derived: pd.DataFrame) -> np.ndarray:
+    """Success per request: completed, within its class deadlines, and valid output where a
+    quality check applies (``output_valid``; missing column = valid)."""
+    valid = derived["output_valid"].to_numpy(dtype=bool) if "output_valid" in derived else True
+    return derived["completed"].to_numpy(dtype=bool) & derived["met_deadline"].to_numpy(dtype=bool) & valid
+
+
+def cost_per_success(cost_usd: float, successes: int, output_tokens: int) -> dict[str, float | str | None]:
+    """``cost_per_success_usd`` (USD per successful request) and
+    ``cost_per_million_output_tokens_usd``; inf with a ``*_reason`` when the denominator is 0."""
+    out: dict[str, float | str | None] = {
+        "cost_usd": float(cost_usd),
+        "successes": int(successes),
+        "output_tokens": int(output_tokens),
+    }
+    if successes > 0:
+        out["cost_per_success_usd"] = float(cost_usd) / successes
+        out["cost_per_success_reason"] = None
+    else:
+        out["cost_per_success_usd"] = float("inf")
+        out["cost_per_success_reason"] = "no successful requests"
+    if output_tokens > 0:
+        out["cost_per_million_output_tokens_usd"] = float(cost_usd) / output_tokens * 1e6
+        out["cost_per_million_output_tokens_reason"] = None
+    else:
+        out["cost_per_million_output_tokens_usd"] = float("inf")
+        out["cost_per_million_output_tokens_reason"] = "no output tokens"
+    return out

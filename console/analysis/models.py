@@ -1,0 +1,70 @@
+"""What runs measured: one row per request per run, run telemetry, cached summaries."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from console.experiments.models import Experiment, Run
+from console.traces.models import TraceRequest
+
+
+class RequestResult(models.Model):
+    """One request in one run. Times are seconds from the run's replay start (perf_counter)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="results")
+    trace_request = models.ForeignKey(TraceRequest, on_delete=models.PROTECT, related_name="results")
+    request_id = models.CharField(max_length=200)
+    scheduled_s = models.FloatField()
+    sent_s = models.FloatField(null=True)
+    first_token_s = models.FloatField(null=True)
+    finish_s = models.FloatField(null=True)
+    queue_s = models.FloatField(default=0.0)
+    chunk_times = models.JSONField(default=list, help_text="seconds from run start, one per visible chunk")
+    chunk_tokens = models.JSONField(default=list, help_text="tokens per chunk")
+    num_output_tokens = models.PositiveIntegerField(default=0)
+    output_text = models.TextField(blank=True)
+    output_token_ids = models.JSONField(default=list)
+    finish_reason = models.CharField(max_length=40, null=True, blank=True)
+    drafted = models.JSONField(default=list, help_text="draft tokens proposed per verification step")
+    accepted = models.JSONField(default=list, help_text="draft tokens accepted per verification step")
+    error = models.TextField(blank=True)
+    json_valid = models.BooleanField(null=True)
+    schema_valid = models.BooleanField(null=True)
+    tool_call_valid = models.BooleanField(null=True)
+
+    class Meta:
+        ordering = ["run", "scheduled_s"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "request_id"], name="result_run_request_unique")
+        ]
+
+
+class RunTelemetry(models.Model):
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="telemetry")
+    peak_memory_bytes = models.BigIntegerField(null=True)
+    gpu_peak_memory_bytes = models.BigIntegerField(null=True)
+    mean_util = models.FloatField(null=True)
+    energy_j = models.FloatField(null=True)
+    cpu_time_s = models.FloatField(null=True)
+    counters = models.JSONField(default=dict, blank=True, help_text="engine counter deltas over the run")
+    samples = models.JSONField(
+        default=list, blank=True, help_text="downsampled [t, memory, util, power] series"
+    )
+
+
+class RunSummary(models.Model):
+    """Metrics computed once per finished run and cached."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="summary")
+    version = models.PositiveIntegerField(default=1)
+    data = models.JSONField(default=dict)
+    computed_at = models.DateTimeField(auto_now=True)
+
+
+class ComparisonCache(models.Model):
+    experiment = models.OneToOneField(Experiment, on_delete=models.CASCADE, related_name="comparison_cache")
+    key = models.CharField(
+        max_length=64, help_text="hash of the finished runs and parameters it was computed from"
+    )
+    data = models.JSONField(default=dict)
+    computed_at = models.DateTimeField(auto_now=True)

@@ -1,0 +1,323 @@
+"""Quality equivalence: exact token match against the baseline, JSON / JSON-Schema validity,
+tool-call validity, per-slice rates and the list of regressions.
+
+Pure functions; no Django. Column contract as in ``console.analysis.metrics``.
+
+Rules
+-----
+- **Pairing**: a candidate row is compared with the baseline row of the same ``load``,
+  ``request_id`` and ``repeat``. No counterpart: NA.
+- **Exact match**: ``output_token_ids`` equal. Otherwise ``first_divergence`` is the first
+  0-based token index where they differ (or the shorter length when one is a prefix of the other).
+- **JSON** applies to requests whose ``response_format`` has type ``json_schema`` or
+  ``json_object``. A Markdown fence wrapping the whole output (```` ```json ... ``` ```` or
+  ```` ``` ... ``` ````, after stripping whitespace) is removed before parsing, because chat models
+  often add one and clients routinely strip it; any other text around the JSON makes it invalid.
+  ``json_schema``: schema-valid iff it validates against ``json_schema.schema``. ``json_object``:
+  schema-valid iff the value is a JSON object.
+- **Tool call** applies to requests with non-empty ``tools``. The output must parse as one or more
+  calls: ``{"name": ..., "arguments": {...}}`` (arguments may also be a JSON-encoded string, as
+  the OpenAI API sends them), ``{"type": "function", "function": {...}}``, ``{"tool_calls": [...]}``,
+  a list of these, or one or more Qwen-style ``<tool_call>{...}</tool_call>`` blocks (text outside
+  the blocks is allowed). Every call must name a defined tool (``tools`` entries in OpenAI form
+  ``{"type": "function", "function": {"name", "parameters"}}`` or bare ``{"name", "parameters"}``)
+  and its arguments must validate against that tool's ``parameters`` schema (none = any object).
+- **Failed requests** fail every check that applies to them (the user got no valid output).
+- ``output_valid``: every applicable check passed (True when none applies). Exact match is not
+  part of it: under sampling, outputs legitimately differ.
+- **Regression**: a check that passed for the baseline row and failed for the paired candidate row.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import jsonschema
+import numpy as np
+import pandas as pd
+
+CHECKS: tuple[str, ...] = ("json_valid", "schema_valid", "tool_valid")
+PAIR_KEYS: tuple[str, ...] = ("load", "request_id", "repeat")
+
+_FENCE = re.compile(r"\A```[A-Za-z0-9_-]*[ \t]*\n(?P<body>.*?)\n?```\Z", re.DOTALL)
+_TOOL_CALL = re.compile(r"<tool_call>(?P<body>.*?)</tool_call>", re.DOTALL)
+
+
+def json_fence_strip(text: str) -> str:
+    """Remove a Markdown code fence that wraps the whole (whitespace-stripped) text."""
+    stripped = text.strip()
+    match = _FENCE.match(stripped)
+    return match.group("body").strip() if match else stripped
+
+
+def json_parse(text: str | None) -> tuple[bool, Any]:
+    """(parsed, value) for ``text`` after :func:`json_fence_strip`."""
+    if not text:
+        return False, None
+    try:
+        return True, json.loads(json_fence_strip(text))
+    except (ValueError, RecursionError):
+        return False, None
+
+
+@lru_cache(maxsize=1024)
+def _validator(schema_json: str) -> jsonschema.protocols.Validator:
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def schema_validate(value: Any, schema: dict) -> tuple[bool, str | None]:
+    """(valid, first error message) of ``value`` against a JSON Schema. Raises
+    ``jsonschema.SchemaError`` when the schema itself is invalid."""
+    validator = _validator(json.dumps(schema, sort_keys=True))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    return (error is None, None if error is None else error.message)
+
+
+def response_format_check(text: str | None, response_format: dict | None) -> dict[str, Any]:
+    """JSON checks for one output. Returns ``{"json_valid", "schema_valid", "reason"}`` with
+    ``None`` for checks that do not apply (no or non-JSON response_format, or an invalid schema:
+    the trace's fault, not the output's; the reason says so)."""
+    kind = (response_format or {}).get("type")
+    if kind not in ("json_schema", "json_object"):
+        return {"json_valid": None, "schema_valid": None, "reason": None}
+    ok, value = json_parse(text)
+    if not ok:
+        return {"json_valid": False, "schema_valid": False, "reason": "output is not valid JSON"}
+    if kind == "json_object":
+        is_obj = isinstance(value, dict)
+        return {"json_valid": True, "schema_valid": is_obj, "reason": None if is_obj else "not a JSON object"}
+    schema = ((response_format or {}).get("json_schema") or {}).get("schema")
+    if schema is None:
+        return {"json_valid": True, "schema_valid": None, "reason": "response_format has no schema"}
+    try:
+        valid, message = schema_validate(value, schema)
+    except jsonschema.SchemaError as exc:
+        return {"json_valid": True, "schema_valid": None, "reason": f"invalid schema in trace: {exc.message}"}
+    return {"json_valid": True, "schema_valid": valid, "reason": None if valid else f"schema: {message}"}
+
+
+def _tool_specs(tools: Sequence[dict]) -> dict[str, dict]:
+    specs = {}
+    for tool in tools:
+        fn = tool.get("function", tool) if isinstance(tool, dict) else {}
+        if isinstance(fn, dict) and fn.get("name"):
+            specs[fn["name"]] = fn.get("parameters") or {"type": "object"}
+    return specs
+
+
+def _calls_from_value(value: Any) -> list[Any] | None:
+    if isinstance(value, list):
+        calls: list[Any] = []
+        for item in value:
+            inner = _calls_from_value(item)
+            if inner is None:
+                return None
+            calls.extend(inner)
+        return calls
+    if isinstance(value, dict):
+        if isinstance(value.get("tool_calls"), list):
+            return _calls_from_value(value["tool_calls"])
+        if isinstance(value.get("function"), dict):
+            return [value["function"]]
+        if "name" in value:
+            return [value]
+    return None
+
+
+def tool_calls_parse(text: str | None) -> list[dict] | None:
+    """The tool calls in ``text`` (see module docstring), or None when it does not parse as any."""
+    if not text:
+        return None
+    blocks = _TOOL_CALL.findall(text)
+    if blocks:
+        calls: list[Any] = []
+        for block in blocks:
+            ok, value = json_parse(block)
+            inner = _calls_from_value(value) if ok else None
+            if inner is None:
+                return None
+            calls.extend(inner)
+        return calls
+    ok, value = json_parse(text)
+    return _calls_from_value(value) if ok else None
+
+
+def tool_call_check(text: str | None, tools: Sequence[dict] | None) -> dict[str, Any]:
+    """Tool-call validity of one output: ``{"tool_valid", "reason"}``; None when no tools."""
+    if not tools:
+        return {"tool_valid": None, "reason": None}
+    calls = tool_calls_parse(text)
+    if not calls:
+        return {"tool_valid": False, "reason": "output is not a tool call"}
+    specs = _tool_specs(tools)
+    for call in calls:
+        name = call.get("name") if isinstance(call, dict) else None
+        if name not in specs:
+            return {"tool_valid": False, "reason": f"unknown tool {name!r}"}
+        args = call.get("arguments", call.get("parameters", {}))
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                return {"tool_valid": False, "reason": f"arguments of {name!r} are not JSON"}
+        if not isinstance(args, dict):
+            return {"tool_valid": False, "reason": f"arguments of {name!r} are not an object"}
+        try:
+            valid, message = schema_validate(args, specs[name])
+        except jsonschema.SchemaError as exc:
+            return {"tool_valid": None, "reason": f"invalid parameters schema in trace: {exc.message}"}
+        if not valid:
+            return {"tool_valid": False, "reason": f"arguments of {name!r}: {message}"}
+    return {"tool_valid": True, "reason": None}
+
+
+def _failed(requests: pd.DataFrame) -> np.ndarray:
+    if "completed" in requests:
+        return ~requests["completed"].to_numpy(dtype=bool)
+    error = requests["error"].fillna("").astype(str).str.len().to_numpy() > 0
+    return (
+        error
+        | ~np.isfinite(requests["finish_s"].to_numpy(dtype=float))
+        | requests["finish_reason"].isna().to_numpy()
+    )
+
+
+def quality_flags(requests: pd.DataFrame) -> pd.DataFrame:
+    """Validity per request (same index as ``requests``): ``json_valid``, ``schema_valid``,
+    ``tool_valid`` (pandas nullable boolean, NA where the check does not apply), ``output_valid``
+    (bool) and ``quality_reason`` (str or None, the first failing check's reason)."""
+    failed = _failed(requests)
+    n = len(requests)
+    results = {c: np.full(n, None, dtype=object) for c in CHECKS}
+    reasons = np.full(n, None, dtype=object)
+    texts = requests["output_text"].to_numpy()
+    formats = requests["response_format"].to_numpy() if "response_format" in requests else np.full(n, None)
+    tools = requests["tools"].to_numpy() if "tools" in requests else np.full(n, None)
+    for i in np.flatnonzero([bool(f) for f in formats]):
+        res = response_format_check(texts[i], formats[i])
+        if res["json_valid"] is not None and failed[i]:
+            res = {"json_valid": False, "schema_valid": False, "reason": "request failed"}
+        results["json_valid"][i] = res["json_valid"]
+        results["schema_valid"][i] = res["schema_valid"]
+        reasons[i] = res["reason"]
+    for i in np.flatnonzero([isinstance(t, list | tuple | np.ndarray) and len(t) > 0 for t in tools]):
+        res = tool_call_check(texts[i], list(tools[i]))
+        if res["tool_valid"] is not None and failed[i]:
+            res = {"tool_valid": False, "reason": "request failed"}
+        results["tool_valid"][i] = res["tool_valid"]
+        if reasons[i] is None:
+            reasons[i] = res["reason"]
+    out = pd.DataFrame({c: pd.array(results[c], dtype="boolean") for c in CHECKS}, index=requests.index)
+    out["output_valid"] = ~(out[list(CHECKS)] == False).any(axis=1).to_numpy()  # noqa: E712
+    out["quality_reason"] = reasons
+    return out
+
+
+def _divergence(a: Any, b: Any) -> int | None:
+    a = list(a) if a is not None else []
+    b = list(b) if b is not None else []
+    if a == b:
+        return None
+    n = min(len(a), len(b))
+    arr_a, arr_b = np.asarray(a[:n]), np.asarray(b[:n])
+    diff = np.flatnonzero(arr_a != arr_b)
+    return int(diff[0]) if diff.size else n
+
+
+def exact_match(requests: pd.DataFrame, *, baseline_arm: str) -> pd.DataFrame:
+    """Exact token match of each row against its baseline counterpart (same index as
+    ``requests``): ``exact_match`` (nullable boolean; NA for baseline rows and rows without a
+    counterpart) and ``first_divergence`` (nullable int, 0-based token index; NA when equal)."""
+    base = requests.loc[requests["arm"] == baseline_arm, [*PAIR_KEYS, "output_token_ids"]]
+    base = base.drop_duplicates(list(PAIR_KEYS))
+    lookup = pd.Series(
+        base["output_token_ids"].to_numpy(), index=pd.MultiIndex.from_frame(base[list(PAIR_KEYS)])
+    )
+    match = np.full(len(requests), None, dtype=object)
+    first = np.full(len(requests), None, dtype=object)
+    is_cand = (requests["arm"] != baseline_arm).to_numpy()
+    keys = pd.MultiIndex.from_frame(requests[list(PAIR_KEYS)])
+    pos = lookup.index.get_indexer(keys) if len(lookup) else np.full(len(requests), -1)
+    tokens = requests["output_token_ids"].to_numpy()
+    base_tokens = lookup.to_numpy()
+    for i in np.flatnonzero(is_cand & (pos >= 0)):
+        d = _divergence(tokens[i], base_tokens[pos[i]])
+        match[i] = d is None
+        first[i] = d
+    return pd.DataFrame(
+        {"exact_match": pd.array(match, dtype="boolean"), "first_divergence": pd.array(first, dtype="Int64")},
+        index=requests.index,
+    )
+
+
+def quality_rates(flags: pd.DataFrame, *, by: Sequence[str]) -> pd.DataFrame:
+    """Rates per group over the rows where each check applies. ``flags`` holds ``by`` columns plus
+    the columns of :func:`quality_flags` and :func:`exact_match`.
+
+    Columns: keys, ``n_requests``, and per check in ``CHECKS`` + ``exact_match``: ``n_<check>``
+    (rows where it applies) and ``<check>_rate`` (fraction passing, NaN when none apply);
+    ``output_valid_rate``.
+    """
+    frame = flags[list(by)].copy()
+    for c in (*CHECKS, "exact_match"):
+        col = flags[c] if c in flags else pd.Series(pd.NA, index=flags.index, dtype="boolean")
+        frame[f"n_{c}"] = col.notna().astype(np.int64)
+        frame[f"_pass_{c}"] = col.fillna(False).astype(np.int64)
+    frame["_valid"] = flags["output_valid"].astype(np.int64)
+    grouped = frame.groupby(list(by), dropna=False, sort=True)
+    out = grouped.size().rename("n_requests").to_frame()
+    for c in (*CHECKS, "exact_match"):
+        n = grouped[f"n_{c}"].sum()
+        out[f"n_{c}"] = n
+        out[f"{c}_rate"] = (grouped[f"_pass_{c}"].sum() / n.where(n > 0)).astype(float)
+    out["output_valid_rate"] = grouped["_valid"].mean()
+    return out.reset_index()
+
+
+def quality_regressions(flags: pd.DataFrame, *, baseline_arm: str) -> pd.DataFrame:
+    """Rows valid in the baseline and invalid in the paired candidate, one per (row, check).
+
+    ``flags`` holds the input columns plus :func:`quality_flags`'s. Columns: ``arm``, ``load``,
+    ``request_id``, ``repeat``, ``task``, ``traffic_class``, ``check``, ``baseline_run_id``,
+    ``candidate_run_id``, ``baseline_result_id``/``candidate_result_id`` (when the input has
+    ``result_id``), ``reason`` (the candidate's).
+    """
+    id_cols = ["run_id"] + (["result_id"] if "result_id" in flags else [])
+    base = flags.loc[flags["arm"] == baseline_arm, [*PAIR_KEYS, *id_cols, *CHECKS]].drop_duplicates(
+        list(PAIR_KEYS)
+    )
+    cand = flags.loc[
+        flags["arm"] != baseline_arm,
+        ["arm", *PAIR_KEYS, "task", "traffic_class", *id_cols, *CHECKS, "quality_reason"],
+    ]
+    merged = cand.merge(base, on=list(PAIR_KEYS), suffixes=("_cand", "_base"))
+    parts = []
+    for c in CHECKS:
+        hit = (merged[f"{c}_base"] == True) & (merged[f"{c}_cand"] == False)  # noqa: E712
+        part = merged.loc[hit.fillna(False).to_numpy(dtype=bool)].copy()
+        part["check"] = c
+        parts.append(part)
+    columns = ["arm", *PAIR_KEYS, "task", "traffic_class", "check", "baseline_run_id", "candidate_run_id"]
+    if "result_id" in flags:
+        columns += ["baseline_result_id", "candidate_result_id"]
+    columns.append("reason")
+    if not parts or all(p.empty for p in parts):
+        return pd.DataFrame(columns=columns)
+    out = pd.concat(parts, ignore_index=True)
+    out = out.rename(
+        columns={
+            "run_id_base": "baseline_run_id",
+            "run_id_cand": "candidate_run_id",
+            "result_id_base": "baseline_result_id",
+            "result_id_cand": "candidate_result_id",
+            "quality_reason": "reason",
+        }
+    )
+    return out[columns].sort_values(["arm", "load", "check", "request_id", "repeat"]).reset_index(drop=True)

@@ -1,0 +1,70 @@
+"""Slice assignment: which task, traffic class and length buckets a request belongs to.
+
+Pure functions over the per-request frame (see ``console.analysis.metrics`` for the column
+contract). Bucket edges are constants so that the pages, the policy fitter and the tests all
+name the same buckets.
+
+Buckets are half-open ``[lo, hi)`` intervals in tokens, labelled ``"lo-hi"`` (``hi`` exclusive)
+and ``"lo+"`` for the last one, e.g. ``"0-256"``, ``"256-1024"``, ``"4096+"``.
+
+The output-length slice is the **baseline's** output length for the same request (median over
+the baseline's rows with that ``request_id``), not each arm's own: a slice must hold the same
+requests in every arm or the paired comparison inside it stops being paired. Requests the
+baseline never answered fall back to their own ``num_output_tokens``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+# Edges in tokens. The last bucket is open-ended.
+PROMPT_LENGTH_EDGES: tuple[int, ...] = (0, 256, 1024, 4096)
+OUTPUT_LENGTH_EDGES: tuple[int, ...] = (0, 32, 128, 512)
+# Token index within the answer at which a verification step started.
+OUTPUT_POSITION_EDGES: tuple[int, ...] = (0, 16, 32, 64, 128, 256, 512)
+
+SLICE_DIMENSIONS: tuple[str, ...] = ("task", "traffic_class", "prompt_bucket", "output_bucket")
+
+
+def bucket_labels(edges: Sequence[int]) -> list[str]:
+    """Labels for ``edges``: ``"lo-hi"`` per closed bucket, ``"lo+"`` for the last one."""
+    labels = [f"{lo}-{hi}" for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+    labels.append(f"{edges[-1]}+")
+    return labels
+
+
+def bucket_assign(values: np.ndarray | pd.Series, *, edges: Sequence[int]) -> np.ndarray:
+    """Bucket label per value (tokens). Values below ``edges[0]`` go to the first bucket;
+    NaN gets ``None``."""
+    arr = np.asarray(values, dtype=float)
+    labels = np.array(bucket_labels(edges), dtype=object)
+    idx = np.searchsorted(np.asarray(edges, dtype=float), arr, side="right") - 1
+    idx = np.clip(idx, 0, len(edges) - 1)
+    out = labels[idx]
+    out[np.isnan(arr)] = None
+    return out
+
+
+def slices_assign(requests: pd.DataFrame, *, baseline_arm: str | None = None) -> pd.DataFrame:
+    """Return a copy of ``requests`` with ``prompt_bucket`` and ``output_bucket`` columns.
+
+    ``prompt_bucket`` buckets ``prompt_tokens``; ``output_bucket`` buckets the baseline's
+    median ``num_output_tokens`` for the request (see module docstring). ``baseline_arm``
+    defaults to the arm whose rows have ``is_baseline`` true.
+    """
+    out = requests.copy()
+    out["prompt_bucket"] = bucket_assign(out["prompt_tokens"].to_numpy(), edges=PROMPT_LENGTH_EDGES)
+    if baseline_arm is None and "is_baseline" in out and out["is_baseline"].any():
+        baseline_arm = str(out.loc[out["is_baseline"].astype(bool), "arm"].iloc[0])
+    own = out["num_output_tokens"].astype(float)
+    if baseline_arm is not None:
+        base = out.loc[out["arm"] == baseline_arm]
+        median_by_request = base.groupby("request_id")["num_output_tokens"].median()
+        length = out["request_id"].map(median_by_request).astype(float).fillna(own)
+    else:
+        length = own
+    out["output_bucket"] = bucket_assign(length.to_numpy(), edges=OUTPUT_LENGTH_EDGES)
+    return out

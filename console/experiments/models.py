@@ -1,0 +1,120 @@
+"""Experiments: a baseline against candidates, expanded into a matrix of runs."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from console.traces.models import Trace
+
+
+class ServingConfig(models.Model):
+    """Engine kind, target model, engine args, speculative config (vLLM's keys) or None."""
+
+    name = models.CharField(max_length=200)
+    engine = models.CharField(max_length=20)
+    target_model = models.CharField(max_length=500)
+    engine_args = models.JSONField(default=dict, blank=True)
+    speculative_config = models.JSONField(null=True, blank=True)
+    content_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.speculative_config is None
+
+
+class Experiment(models.Model):
+    class Status(models.TextChoices):
+        DRAFT = "draft"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    name = models.CharField(max_length=200)
+    trace = models.ForeignKey(Trace, on_delete=models.PROTECT, related_name="experiments")
+    split = models.CharField(max_length=10, default="all")
+    engine = models.CharField(max_length=20, default="hf")
+    target_model = models.CharField(max_length=500)
+    hardware_label = models.CharField(max_length=200, blank=True)
+    load_levels = models.JSONField(
+        default=list, help_text='[{"label": "1x", "rate_multiplier": 1.0, "concurrency": null}]'
+    )
+    output_limit = models.PositiveIntegerField(null=True, blank=True, help_text="cap on max_tokens")
+    deadlines = models.JSONField(default=dict, blank=True)
+    sampling = models.CharField(max_length=10, default="trace", help_text="'trace' or 'greedy'")
+    repeats = models.PositiveIntegerField(default=3)
+    warmup = models.PositiveIntegerField(default=1)
+    cost_per_hour_usd = models.FloatField(default=0.0)
+    power_price_usd_per_kwh = models.FloatField(null=True, blank=True)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.DRAFT)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    notes = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Arm(models.Model):
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="arms")
+    config = models.ForeignKey(ServingConfig, on_delete=models.PROTECT, related_name="arms")
+    label = models.CharField(max_length=200)
+    position = models.PositiveIntegerField()
+    is_baseline = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["experiment", "position"]
+        constraints = [models.UniqueConstraint(fields=["experiment", "label"], name="arm_label_unique")]
+
+    def __str__(self) -> str:
+        return self.label
+
+
+class Run(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
+    arm = models.ForeignKey(Arm, on_delete=models.CASCADE, related_name="runs")
+    load_label = models.CharField(max_length=40)
+    rate_multiplier = models.FloatField(default=1.0)
+    concurrency_cap = models.PositiveIntegerField(null=True, blank=True)
+    repeat = models.PositiveIntegerField(default=0)
+    order = models.PositiveIntegerField(help_text="position in the interleaved execution order")
+    queue = models.CharField(max_length=10, default="cpu")
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    attempt = models.PositiveIntegerField(default=0)
+    celery_task_id = models.CharField(max_length=100, blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    progress_done = models.PositiveIntegerField(default=0)
+    progress_total = models.PositiveIntegerField(default=0)
+    progress_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    config_hash = models.CharField(max_length=64, blank=True)
+    versions = models.JSONField(default=dict, blank=True)
+    hardware = models.JSONField(default=dict, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    wall_s = models.FloatField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["experiment", "order"]
+        constraints = [models.UniqueConstraint(fields=["experiment", "order"], name="run_order_unique")]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} ({self.arm.label} @ {self.load_label} #{self.repeat})"

@@ -1,0 +1,161 @@
+"""Shared fixtures: named users per role, and a real Celery worker on the real broker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = Path(os.environ.get("SPECREVIEW_SHARED_DATA", ROOT.parent / "shared" / "data"))
+PASSWORD = "correct-horse-battery"
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    assert SHARED_DATA.is_dir(), f"shared data not found at {SHARED_DATA} (set SPECREVIEW_SHARED_DATA)"
+    return SHARED_DATA
+
+
+@pytest.fixture
+def engineer(db):
+    from console.accounts.services import user_create
+
+    return user_create(username="erin-engineer", password=PASSWORD, role="engineer")
+
+
+@pytest.fixture
+def approver(db):
+    from console.accounts.services import user_create
+
+    return user_create(username="alex-approver", password=PASSWORD, role="approver")
+
+
+@pytest.fixture
+def second_approver(db):
+    from console.accounts.services import user_create
+
+    return user_create(username="sam-approver", password=PASSWORD, role="approver")
+
+
+@pytest.fixture
+def viewer(db):
+    from console.accounts.services import user_create
+
+    return user_create(username="val-viewer", password=PASSWORD, role="viewer")
+
+
+def _client_for(user):
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def engineer_client(engineer):
+    return _client_for(engineer)
+
+
+@pytest.fixture
+def approver_client(approver):
+    return _client_for(approver)
+
+
+@pytest.fixture
+def viewer_client(viewer):
+    return _client_for(viewer)
+
+
+@pytest.fixture
+def api_token_for():
+    from console.accounts.services import api_token_create
+
+    def make(user) -> dict:
+        return {"HTTP_AUTHORIZATION": f"Bearer {api_token_create(user=user)}"}
+
+    return make
+
+
+@pytest.fixture
+def celery_worker_proc(transactional_db, tmp_path):
+    """A real `celery worker` subprocess on the real broker, reading the test database.
+
+    Rows the test writes must be committed (hence transactional_db) for the worker to see them.
+    """
+    from django.conf import settings
+    from django.db import connection
+
+    from workers.celery import app
+
+    app.control.purge()
+    db = settings.DATABASES["default"]
+    env = dict(os.environ)
+    if db["ENGINE"].endswith("postgresql"):
+        user = db.get("USER") or "postgres"
+        host = db.get("HOST") or "127.0.0.1"
+        port = db.get("PORT") or 5432
+        env["DATABASE_URL"] = f"postgres://{user}@{host}:{port}/{connection.settings_dict['NAME']}"
+    else:
+        env["DATABASE_URL"] = f"sqlite:///{connection.settings_dict['NAME']}"
+    env["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL
+    log = tmp_path / "worker.log"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "workers.celery",
+            "worker",
+            "-Q",
+            "cpu,gpu",
+            "--pool",
+            "solo",
+            "--concurrency",
+            "1",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel",
+            "INFO",
+            "-n",
+            f"test-{os.getpid()}@%h",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"celery worker exited early:\n{log.read_text()}")
+        if "ready." in log.read_text():
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        raise RuntimeError(f"celery worker did not become ready:\n{log.read_text()}")
+    proc.log_path = log  # type: ignore[attr-defined]
+    yield proc
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    connection.close()
+
+
+def wait_for(predicate, *, timeout: float, interval: float = 0.2, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -1,0 +1,44 @@
+"""Engine registry keyed by kind, imported lazily so a CPU host never imports vLLM."""
+
+from __future__ import annotations
+
+import importlib
+
+from .base import Chunk, Engine, EngineConfig, EngineError, EngineRequest
+
+_REGISTRY = {
+    "hf": "workers.engines.hf:HFEngine",
+    "vllm": "workers.engines.vllm:VLLMEngine",
+    "openai": "workers.engines.openai_http:OpenAIEngine",
+}
+
+ENGINE_KINDS = tuple(_REGISTRY)
+
+
+def engine_class(kind: str) -> type:
+    try:
+        target = _REGISTRY[kind]
+    except KeyError:
+        raise EngineError(f"unknown engine kind {kind!r}; known: {', '.join(_REGISTRY)}") from None
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise EngineError(f"engine {kind!r} is not installed here ({exc}); see docs/engines.md") from exc
+    return getattr(module, attr)
+
+
+def engine_create(kind: str) -> Engine:
+    return engine_class(kind)()
+
+
+__all__ = [
+    "Chunk",
+    "Engine",
+    "EngineConfig",
+    "EngineError",
+    "EngineRequest",
+    "ENGINE_KINDS",
+    "engine_class",
+    "engine_create",
+]

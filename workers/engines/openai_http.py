@@ -1,0 +1,472 @@
+"""The ``openai`` engine: any OpenAI-compatible server (vLLM serve, SGLang, TensorRT-LLM).
+
+Requests stream over HTTP/1.1 Server-Sent Events with httpx; every SSE event that carries
+output becomes one :class:`Chunk`, timestamped with ``time.perf_counter()`` when its line
+arrived. Spec-decode counters come from the server's Prometheus ``/metrics`` (vLLM's
+``vllm:spec_decode_*`` counters), scraped by ``counters()`` before and after a run so the
+run records deltas.
+
+What the server does not send, the engine cannot know:
+
+- token ids per chunk need vLLM's ``return_token_ids`` (sent by default; set
+  ``return_token_ids: false`` for servers that refuse unknown fields). Without ids, the
+  token count per chunk comes from vLLM's ``continuous_usage_stats``; without either, only
+  the total from the final ``usage`` is known and per-chunk counts are ``None``.
+- drafted/accepted per step are not in any OpenAI-compatible response (vLLM, SGLang);
+  only the run-wide counter deltas from ``/metrics`` are available, so chunks carry
+  ``drafted=None``.
+- the server's memory is what its ``/metrics`` exposes (``process_resident_memory_bytes``
+  of the API process, KV-cache usage), not the GPU memory of its engine process.
+
+``engine_args``:
+``base_url`` (required, e.g. ``http://127.0.0.1:8000/v1``), ``api_key`` or ``api_key_env``
+(the name of an environment variable holding it), ``endpoint`` (``chat`` | ``completions``;
+default: chat when the request has messages), ``timeout_s`` (longest silence while
+streaming, default 600), ``connect_timeout_s`` (default 10), ``metrics_url`` (default
+``base_url`` without ``/v1`` plus ``/metrics``; ``""`` disables scraping),
+``max_connections`` (default 4096), ``return_token_ids`` (default true),
+``continuous_usage_stats`` (default true), ``extra_body`` (merged into every request body),
+``check_server`` (default true: ``start()`` lists the server's models).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from .base import Chunk, EngineConfig, EngineError, EngineRequest
+
+ENGINE_ARGS = {
+    "base_url",
+    "api_key",
+    "api_key_env",
+    "endpoint",
+    "timeout_s",
+    "connect_timeout_s",
+    "metrics_url",
+    "max_connections",
+    "return_token_ids",
+    "continuous_usage_stats",
+    "extra_body",
+    "check_server",
+}
+
+# Status codes worth a retry: the server is busy, starting or briefly broken.
+TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
+
+# vLLM's spec-decode counters (V1 names), without the ``_total`` suffix prometheus_client adds.
+SPEC_COUNTERS = (
+    "spec_decode_num_drafts",
+    "spec_decode_num_draft_tokens",
+    "spec_decode_num_accepted_tokens",
+    "spec_decode_num_emitted_tokens",  # vLLM V0 only
+)
+PER_POS_COUNTER = "spec_decode_num_accepted_tokens_per_pos"
+SERVER_GAUGES = {
+    "process_resident_memory_bytes": "server_rss_bytes",
+    "vllm:kv_cache_usage_perc": "kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc": "kv_cache_usage_perc",
+}
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass
+class OpenAIChunk(Chunk):
+    """A Chunk that also says how many tokens it holds when the server sent counts but no ids.
+
+    ``num_tokens`` is ``None`` when the server told neither (see the module docstring).
+    """
+
+    num_tokens: int | None = None
+
+
+def prometheus_samples(*, text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Parse Prometheus text exposition into (name, labels, value) samples."""
+    samples = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if not match:
+            continue
+        name, raw_labels, raw_value = match.groups()
+        try:
+            value = float(raw_value)
+        except ValueError:
+            continue
+        labels = {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _LABEL.findall(raw_labels or "")}
+        samples.append((name, labels, value))
+    return samples
+
+
+def prometheus_spec_counters(*, text: str) -> dict[str, Any]:
+    """vLLM's spec-decode counters from a ``/metrics`` page, summed over engines and models.
+
+    Returns counts in tokens (drafts in verification steps) keyed by the counter's name
+    without its ``vllm:`` prefix and ``_total`` suffix; ``..._per_pos`` is a list indexed
+    by draft position. Counters the page lacks are absent (a server without speculation
+    exposes none of them).
+    """
+    out: dict[str, Any] = {}
+    per_pos: dict[int, float] = {}
+    for name, labels, value in prometheus_samples(text=text):
+        if name.endswith("_created"):
+            continue
+        if name in SERVER_GAUGES:
+            out[SERVER_GAUGES[name]] = out.get(SERVER_GAUGES[name], 0) + value
+            continue
+        if not name.startswith("vllm:"):
+            continue
+        base = name[len("vllm:") :].removesuffix("_total")
+        if base == PER_POS_COUNTER:
+            position = int(labels.get("position", "0"))
+            per_pos[position] = per_pos.get(position, 0.0) + value
+        elif base in SPEC_COUNTERS:
+            out[base] = out.get(base, 0) + value
+    for key in SPEC_COUNTERS:
+        if key in out:
+            out[key] = int(out[key])
+    if per_pos:
+        out[PER_POS_COUNTER] = [int(per_pos.get(i, 0)) for i in range(max(per_pos) + 1)]
+    return out
+
+
+def _error_message(raw: bytes) -> str:
+    """The human part of an error body: OpenAI's and vLLM's shapes, else the raw text."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace").strip()[:500]
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+        if body.get("message"):
+            return str(body["message"])
+        if body.get("detail"):
+            return str(body["detail"])
+    return json.dumps(body)[:500]
+
+
+class OpenAIEngine:
+    kind = "openai"
+
+    def __init__(self) -> None:
+        self.config: EngineConfig | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._server_version: str | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self, config: EngineConfig) -> None:
+        """Check the config and that the server answers; nothing is loaded here.
+
+        Raises EngineError: permanent for a bad config, a rejected key or a model the
+        server does not serve; transient when the server cannot be reached.
+        """
+        openai_config_validate(config=config)
+        self.config = config
+        args = config.engine_args
+        if args.get("check_server", True):
+            self._check_server()
+
+    def _args(self) -> dict[str, Any]:
+        if self.config is None:
+            raise EngineError("the openai engine was not started")
+        return self.config.engine_args
+
+    @property
+    def base_url(self) -> str:
+        return str(self._args()["base_url"]).rstrip("/")
+
+    @property
+    def metrics_url(self) -> str:
+        args = self._args()
+        if "metrics_url" in args:
+            return str(args["metrics_url"] or "")
+        return self.base_url.removesuffix("/v1") + "/metrics"
+
+    def _headers(self) -> dict[str, str]:
+        args = self._args()
+        key = args.get("api_key")
+        if not key and args.get("api_key_env"):
+            key = os.environ.get(args["api_key_env"])
+            if not key:
+                raise EngineError(f"engine_args.api_key_env names {args['api_key_env']!r}, which is not set")
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _timeout(self) -> httpx.Timeout:
+        args = self._args()
+        read = float(args.get("timeout_s", 600))
+        return httpx.Timeout(read, connect=float(args.get("connect_timeout_s", 10)))
+
+    def _check_server(self) -> None:
+        url = f"{self.base_url}/models"
+        try:
+            response = httpx.get(url, headers=self._headers(), timeout=self._timeout())
+        except httpx.TransportError as exc:
+            raise EngineError(f"cannot reach the server at {url}: {exc}", transient=True) from exc
+        if response.status_code in (401, 403):
+            raise EngineError(f"the server at {url} refused the API key: {_error_message(response.content)}")
+        if response.status_code == 404:
+            return  # some servers have no /models; the first request will tell
+        if response.status_code >= 400:
+            raise EngineError(
+                f"{response.status_code} from {url}: {_error_message(response.content)}",
+                transient=response.status_code in TRANSIENT_STATUS,
+            )
+        try:
+            served = [m.get("id") for m in response.json().get("data", [])]
+        except (ValueError, AttributeError):
+            return
+        assert self.config is not None
+        if served and self.config.target_model not in served:
+            raise EngineError(
+                f"the server at {self.base_url} serves {served}, not {self.config.target_model!r}; "
+                "set target_model to the name the server uses"
+            )
+        try:
+            version = httpx.get(self.base_url.removesuffix("/v1") + "/version", timeout=self._timeout())
+            if version.status_code == 200:
+                self._server_version = str(version.json().get("version"))
+        except (httpx.HTTPError, ValueError, AttributeError):
+            pass
+
+    def _client_here(self) -> httpx.AsyncClient:
+        # An AsyncClient belongs to the event loop that opened its connections; each replay
+        # runs its own loop, so the client is made per loop.
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            limit = int(self._args().get("max_connections", 4096))
+            self._client = httpx.AsyncClient(
+                timeout=self._timeout(),
+                limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
+                headers=self._headers(),
+            )
+            self._client_loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close this loop's connections (the replay calls it before its loop ends)."""
+        client, self._client, self._client_loop = self._client, None, None
+        if client is not None:
+            await client.aclose()
+
+    def stop(self) -> None:
+        client, loop = self._client, self._client_loop
+        self._client, self._client_loop = None, None
+        if client is None or loop is None or loop.is_closed():
+            return
+        if loop.is_running():
+            loop.create_task(client.aclose())
+        else:
+            loop.run_until_complete(client.aclose())
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def request_body(self, *, request: EngineRequest) -> tuple[str, dict[str, Any]]:
+        """The URL and JSON body for one request (public so tests can see what is sent)."""
+        args = self._args()
+        assert self.config is not None
+        endpoint = args.get("endpoint") or ("chat" if request.messages else "completions")
+        body: dict[str, Any] = {
+            "model": self.config.target_model,
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if args.get("continuous_usage_stats", True):
+            body["stream_options"]["continuous_usage_stats"] = True
+        if args.get("return_token_ids", True):
+            body["return_token_ids"] = True
+        if request.seed is not None:
+            body["seed"] = request.seed
+        if request.response_format is not None:
+            body["response_format"] = request.response_format
+        if request.tools is not None:
+            body["tools"] = request.tools
+        if endpoint == "chat":
+            body["messages"] = request.messages or [{"role": "user", "content": request.prompt or ""}]
+            url = f"{self.base_url}/chat/completions"
+        else:
+            if request.messages:
+                raise EngineError(
+                    f"request {request.request_id} has chat messages but engine_args.endpoint is "
+                    "'completions'; use endpoint 'chat'"
+                )
+            body["prompt"] = request.prompt or ""
+            url = f"{self.base_url}/completions"
+        body.update(args.get("extra_body") or {})
+        return url, body
+
+    async def stream(self, request: EngineRequest) -> AsyncIterator[Chunk]:
+        """Yield one chunk per SSE event with output; a last empty chunk carries the finish reason
+        when the server sends it separately. Raises EngineError (transient for connection
+        trouble and 408/429/5xx)."""
+        url, body = self.request_body(request=request)
+        client = self._client_here()
+        try:
+            async with client.stream("POST", url, json=body, headers={"X-Request-Id": request.request_id}) as r:
+                if r.status_code >= 400:
+                    raw = await r.aread()
+                    raise EngineError(
+                        f"{r.status_code} from {url}: {_error_message(raw)}",
+                        transient=r.status_code in TRANSIENT_STATUS,
+                    )
+                async for chunk in self._chunks(r, url):
+                    yield chunk
+        except httpx.ConnectError as exc:
+            raise EngineError(f"cannot connect to {url}: {exc or 'connection refused'}", transient=True) from exc
+        except httpx.TimeoutException as exc:
+            raise EngineError(f"timed out waiting for {url} ({type(exc).__name__})", transient=True) from exc
+        except httpx.TransportError as exc:
+            raise EngineError(
+                f"the connection to {url} broke mid-stream ({type(exc).__name__}: {exc})", transient=True
+            ) from exc
+
+    async def _chunks(self, response: httpx.Response, url: str) -> AsyncIterator[Chunk]:
+        data_lines: list[str] = []
+        tokens_so_far = 0  # completion tokens per continuous usage stats
+        done = False
+        async for line in response.aiter_lines():
+            if line:
+                if line.startswith("data:"):
+                    data_lines.append(line[5:].lstrip(" "))
+                continue  # comments, event names and ids say nothing we use
+            if not data_lines:
+                continue
+            t = time.perf_counter()
+            data, data_lines = "\n".join(data_lines), []
+            if data == "[DONE]":
+                done = True
+                break
+            try:
+                event = json.loads(data)
+            except ValueError as exc:
+                raise EngineError(f"malformed SSE event from {url}: {data[:200]!r}") from exc
+            if not isinstance(event, dict):
+                raise EngineError(f"malformed SSE event from {url}: {data[:200]!r}")
+            if event.get("error"):
+                raise EngineError(f"the server failed the request mid-stream: {_error_message(data.encode())}")
+            usage = event.get("usage") or {}
+            choices = event.get("choices") or []
+            if not choices:
+                continue
+            choice = choices[0]
+            if not isinstance(choice, dict):
+                raise EngineError(f"malformed SSE event from {url}: {data[:200]!r}")
+            text = _choice_text(choice)
+            token_ids = choice.get("token_ids")
+            if isinstance(token_ids, list):
+                num_tokens: int | None = len(token_ids)
+            elif "completion_tokens" in usage:
+                num_tokens = int(usage["completion_tokens"]) - tokens_so_far
+                token_ids = []
+            else:
+                num_tokens, token_ids = None, []
+            if "completion_tokens" in usage:
+                tokens_so_far = int(usage["completion_tokens"])
+            finish = choice.get("finish_reason")
+            if not text and not num_tokens and finish is None:
+                continue  # vLLM's first chat event carries only the role
+            yield OpenAIChunk(
+                token_ids=[int(i) for i in token_ids],
+                text=text,
+                t=t,
+                finish_reason=finish,
+                num_tokens=num_tokens if (text or num_tokens) else 0,
+            )
+        if not done:
+            raise EngineError(f"the stream from {url} ended without [DONE]", transient=True)
+
+    # -- counters -----------------------------------------------------------------------------
+
+    def counters(self) -> dict[str, Any]:
+        """Spec-decode counters scraped from the server's /metrics now (tokens, steps).
+
+        A server without a metrics page, or one that does not answer, yields
+        ``{"metrics_error": ...}`` instead of failing the run.
+        """
+        url = self.metrics_url
+        if not url:
+            return {}
+        try:
+            response = httpx.get(url, headers=self._headers(), timeout=10)
+        except httpx.HTTPError as exc:
+            return {"metrics_error": f"{url}: {type(exc).__name__}: {exc}"}
+        if response.status_code != 200:
+            return {"metrics_error": f"{url}: HTTP {response.status_code}"}
+        return prometheus_spec_counters(text=response.text)
+
+    def memory(self) -> dict[str, Any]:
+        """What the server's /metrics says of its memory (bytes); the client's is not the server's."""
+        counters = self.counters()
+        return {k: counters[k] for k in ("server_rss_bytes", "kv_cache_usage_perc") if k in counters}
+
+    def versions(self) -> dict[str, str]:
+        out = {"engine": "openai", "httpx": httpx.__version__}
+        if self._server_version:
+            out["server"] = self._server_version
+        return out
+
+
+def _choice_text(choice: dict[str, Any]) -> str:
+    if "text" in choice:
+        return choice.get("text") or ""
+    delta = choice.get("delta") or {}
+    parts = [delta.get("content") or ""]
+    for call in delta.get("tool_calls") or []:
+        parts.append(((call or {}).get("function") or {}).get("arguments") or "")
+    return "".join(parts)
+
+
+def openai_config_validate(*, config: EngineConfig) -> None:
+    """Refuse a config the openai engine cannot use, before any run starts.
+
+    The speculative config is informational (the server runs what it was started with):
+    it must be an object of vLLM keys, and is recorded as given.
+    """
+    args = config.engine_args
+    if not isinstance(args, dict):
+        raise EngineError("engine_args must be an object")
+    unknown = set(args) - ENGINE_ARGS
+    if unknown:
+        raise EngineError(f"engine_args {sorted(unknown)} are not understood by the openai engine; known: "
+                          f"{sorted(ENGINE_ARGS)}")
+    base_url = args.get("base_url")
+    if not isinstance(base_url, str) or not re.match(r"^https?://", base_url):
+        raise EngineError("engine_args.base_url must be the server's http(s) URL, e.g. http://127.0.0.1:8000/v1")
+    if args.get("endpoint") not in (None, "chat", "completions"):
+        raise EngineError(f"engine_args.endpoint must be 'chat' or 'completions', got {args['endpoint']!r}")
+    if not config.target_model:
+        raise EngineError("target_model must be the model name the server serves")
+    if args.get("extra_body") is not None and not isinstance(args["extra_body"], dict):
+        raise EngineError("engine_args.extra_body must be an object")
+    spec = config.speculative_config
+    if spec is None:
+        return
+    if not isinstance(spec, dict):
+        raise EngineError(f"speculative_config must be an object, got {type(spec).__name__}")
+    if not all(isinstance(k, str) for k in spec):
+        raise EngineError("speculative_config keys must be strings (vLLM's own keys)")
+    if "method" in spec and not isinstance(spec["method"], str):
+        raise EngineError(f"speculative_config.method must be a string, got {spec['method']!r}")
+    k = spec.get("num_speculative_tokens")
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+        raise EngineError(f"speculative_config.num_speculative_tokens must be an integer >= 1, got {k!r}")

@@ -1,0 +1,1 @@
+"""Test and benchmark helpers that ship with specreview (a local OpenAI-compatible server)."""
