@@ -229,7 +229,9 @@ async def _consume(*, engine: Engine, request: EngineRequest, record: RequestRec
         record.output_text = "".join(texts)
 
 
-async def _warm_up(*, engine: Engine, specs: Sequence[RequestSpec], count: int, cancel: CancelCheck | None) -> None:
+async def _warm_up(
+    *, engine: Engine, specs: Sequence[RequestSpec], count: int, cancel: CancelCheck | None
+) -> None:
     for i in range(count):
         if await _cancel_requested(cancel):
             return
@@ -253,7 +255,9 @@ def _validate(*, specs: Sequence[RequestSpec], rate_multiplier: float, concurren
         raise ValueError("request ids must be unique within a replay")
     for spec in specs:
         if not (spec.arrival_s >= 0 and math.isfinite(spec.arrival_s)):
-            raise ValueError(f"request {spec.request.request_id}: arrival_s must be >= 0, got {spec.arrival_s!r}")
+            raise ValueError(
+                f"request {spec.request.request_id}: arrival_s must be >= 0, got {spec.arrival_s!r}"
+            )
 
 
 async def replay_run(

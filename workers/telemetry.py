@@ -84,8 +84,8 @@ class TelemetrySampler:
             self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
             self._energy_start = self._energy_total_mj()
         self._t0 = time.perf_counter()
+        self._sample()  # also lists the children, whose CPU time so far must not count
         self._cpu_start = self._cpu_seconds()
-        self._sample()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="telemetry")
         self._thread.start()
 
@@ -169,7 +169,9 @@ class TelemetrySampler:
         if self._energy_start is not None and self._energy_end is not None:
             energy_j = (self._energy_end - self._energy_start) / 1000.0
         elif len(powers) > 1:
-            energy_j = sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(powers, powers[1:], strict=False))
+            energy_j = sum(
+                (t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(powers, powers[1:], strict=False)
+            )
         return {
             "source": "nvml" if self._nvml is not None else "psutil",
             "duration_s": (self._t1 or time.perf_counter()) - self._t0,

@@ -35,10 +35,12 @@ import asyncio
 import json
 import os
 import re
+import ssl
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -57,6 +59,7 @@ ENGINE_ARGS = {
     "continuous_usage_stats",
     "extra_body",
     "check_server",
+    "transport",
 }
 
 # Status codes worth a retry: the server is busy, starting or briefly broken.
@@ -169,6 +172,8 @@ class OpenAIEngine:
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._server_version: str | None = None
+        self._pool: _Pool | None = None
+        self._pool_loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -263,10 +268,16 @@ class OpenAIEngine:
     async def aclose(self) -> None:
         """Close this loop's connections (the replay calls it before its loop ends)."""
         client, self._client, self._client_loop = self._client, None, None
+        pool, self._pool, self._pool_loop = self._pool, None, None
         if client is not None:
             await client.aclose()
+        if pool is not None:
+            pool.close()
 
     def stop(self) -> None:
+        if self._pool is not None and self._pool_loop is not None and not self._pool_loop.is_closed():
+            self._pool.close()
+        self._pool, self._pool_loop = None, None
         client, loop = self._client, self._client_loop
         self._client, self._client_loop = None, None
         if client is None or loop is None or loop.is_closed():
@@ -320,19 +331,36 @@ class OpenAIEngine:
         when the server sends it separately. Raises EngineError (transient for connection
         trouble and 408/429/5xx)."""
         url, body = self.request_body(request=request)
+        if self._args().get("transport", "native") == "httpx":
+            lines = self._lines_httpx(url=url, body=body, request_id=request.request_id)
+        else:
+            lines = self._lines_native(url=url, body=body, request_id=request.request_id)
+        try:
+            async for chunk in self._events(lines=lines, url=url):
+                yield chunk
+        finally:
+            # Close the line reader now, not at garbage collection: its connection goes back
+            # to the pool (or is closed) in its finally block.
+            await lines.aclose()  # type: ignore[attr-defined]
+
+    async def _lines_httpx(
+        self, *, url: str, body: dict[str, Any], request_id: str
+    ) -> AsyncIterator[tuple[str, float]]:
         client = self._client_here()
         try:
-            async with client.stream("POST", url, json=body, headers={"X-Request-Id": request.request_id}) as r:
+            async with client.stream("POST", url, json=body, headers={"X-Request-Id": request_id}) as r:
                 if r.status_code >= 400:
                     raw = await r.aread()
                     raise EngineError(
                         f"{r.status_code} from {url}: {_error_message(raw)}",
                         transient=r.status_code in TRANSIENT_STATUS,
                     )
-                async for chunk in self._chunks(r, url):
-                    yield chunk
+                async for line in r.aiter_lines():
+                    yield line, time.perf_counter()
         except httpx.ConnectError as exc:
-            raise EngineError(f"cannot connect to {url}: {exc or 'connection refused'}", transient=True) from exc
+            raise EngineError(
+                f"cannot connect to {url}: {exc or 'connection refused'}", transient=True
+            ) from exc
         except httpx.TimeoutException as exc:
             raise EngineError(f"timed out waiting for {url} ({type(exc).__name__})", transient=True) from exc
         except httpx.TransportError as exc:
@@ -340,22 +368,46 @@ class OpenAIEngine:
                 f"the connection to {url} broke mid-stream ({type(exc).__name__}: {exc})", transient=True
             ) from exc
 
-    async def _chunks(self, response: httpx.Response, url: str) -> AsyncIterator[Chunk]:
+    async def _lines_native(
+        self, *, url: str, body: dict[str, Any], request_id: str
+    ) -> AsyncIterator[tuple[str, float]]:
+        pool = self._pool_here()
+        payload = json.dumps(body).encode()
+        head = pool.request_head(path=urlsplit(url).path, length=len(payload), request_id=request_id)
+        async for line in pool.post_lines(data=head + payload, url=url):
+            yield line
+
+    def _pool_here(self) -> _Pool:
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._pool_loop is not loop:
+            args = self._args()
+            self._pool = _Pool(
+                base_url=self.base_url,
+                headers=self._headers(),
+                read_timeout_s=float(args.get("timeout_s", 600)),
+                connect_timeout_s=float(args.get("connect_timeout_s", 10)),
+                max_connections=args.get("max_connections"),
+            )
+            self._pool_loop = loop
+        return self._pool
+
+    async def _events(self, *, lines: AsyncIterator[tuple[str, float]], url: str) -> AsyncIterator[Chunk]:
         data_lines: list[str] = []
         tokens_so_far = 0  # completion tokens per continuous usage stats
         done = False
-        async for line in response.aiter_lines():
+        async for line, t in lines:
+            if done:
+                continue  # read to the end of the body so that the connection can be reused
             if line:
                 if line.startswith("data:"):
                     data_lines.append(line[5:].lstrip(" "))
                 continue  # comments, event names and ids say nothing we use
             if not data_lines:
                 continue
-            t = time.perf_counter()
             data, data_lines = "\n".join(data_lines), []
             if data == "[DONE]":
                 done = True
-                break
+                continue
             try:
                 event = json.loads(data)
             except ValueError as exc:
@@ -363,7 +415,9 @@ class OpenAIEngine:
             if not isinstance(event, dict):
                 raise EngineError(f"malformed SSE event from {url}: {data[:200]!r}")
             if event.get("error"):
-                raise EngineError(f"the server failed the request mid-stream: {_error_message(data.encode())}")
+                raise EngineError(
+                    f"the server failed the request mid-stream: {_error_message(data.encode())}"
+                )
             usage = event.get("usage") or {}
             choices = event.get("choices") or []
             if not choices:
@@ -426,6 +480,187 @@ class OpenAIEngine:
         return out
 
 
+class _Connection:
+    __slots__ = ("reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.reader = reader
+        self.writer = writer
+
+    def usable(self) -> bool:
+        return not self.writer.is_closing() and not self.reader.at_eof()
+
+
+class _Pool:
+    """A lean HTTP/1.1 client for streamed POSTs: keep-alive connections to one server.
+
+    httpx's pool costs O(open connections) per request and looked up an uninstalled
+    module on every request; at 400 requests/s on 2 cores the client fell seconds behind
+    schedule. This one costs a few tens of microseconds per request, which is what an
+    open-loop load generator needs. Plain HTTP/1.1 and TLS only: no proxies, no HTTP/2,
+    no redirects (``transport: httpx`` has them).
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        headers: dict[str, str],
+        read_timeout_s: float,
+        connect_timeout_s: float,
+        max_connections: int | None,
+    ):
+        parts = urlsplit(base_url)
+        self.host = parts.hostname or "127.0.0.1"
+        self.ssl = ssl.create_default_context() if parts.scheme == "https" else None
+        self.port = parts.port or (443 if self.ssl else 80)
+        self.read_timeout_s = read_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._slots = asyncio.Semaphore(int(max_connections)) if max_connections else None
+        self._idle: list[_Connection] = []
+        host_header = parts.netloc.rsplit("@", 1)[-1]
+        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self._head_prefix = f"Host: {host_header}\r\nUser-Agent: specreview\r\nAccept: text/event-stream\r\n"
+        self._head_prefix += "Content-Type: application/json\r\n" + extra
+
+    def request_head(self, *, path: str, length: int, request_id: str) -> bytes:
+        return (
+            f"POST {path} HTTP/1.1\r\n{self._head_prefix}X-Request-Id: {request_id}\r\n"
+            f"Content-Length: {length}\r\n\r\n"
+        ).encode("latin-1")
+
+    async def _connect(self, url: str) -> _Connection:
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                reader, writer = await asyncio.open_connection(
+                    self.host, self.port, ssl=self.ssl, limit=1 << 20
+                )
+        except TimeoutError as exc:
+            raise EngineError(f"timed out connecting to {url}", transient=True) from exc
+        except OSError as exc:
+            raise EngineError(f"cannot connect to {url}: {exc.strerror or exc}", transient=True) from exc
+        return _Connection(reader, writer)
+
+    def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.writer.close()
+
+    async def _read(self, awaitable: Any) -> Any:
+        async with asyncio.timeout(self.read_timeout_s):
+            return await awaitable
+
+    async def post_lines(self, *, data: bytes, url: str) -> AsyncIterator[tuple[str, float]]:
+        """Send one request and yield the response body's lines with the perf_counter time
+        (seconds) at which the bytes that completed each line were read."""
+        if self._slots is not None:
+            await self._slots.acquire()
+        conn: _Connection | None = None
+        reusable = False
+        try:
+            conn, status, headers = await self._send(data=data, url=url)
+            if status >= 400:
+                raw = b"".join([piece async for piece, _ in self._body(conn, headers)])
+                reusable = _keep_alive(headers)
+                raise EngineError(
+                    f"{status} from {url}: {_error_message(raw)}", transient=status in TRANSIENT_STATUS
+                )
+            buffer = b""
+            async for piece, t in self._body(conn, headers):
+                buffer += piece
+                while (cut := buffer.find(b"\n")) >= 0:
+                    line, buffer = buffer[:cut], buffer[cut + 1 :]
+                    yield line.rstrip(b"\r").decode("utf-8", "replace"), t
+            if buffer:
+                yield buffer.decode("utf-8", "replace"), time.perf_counter()
+            reusable = _keep_alive(headers)
+        except TimeoutError as exc:
+            raise EngineError(f"no data from {url} for {self.read_timeout_s} s", transient=True) from exc
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, OSError) as exc:
+            raise EngineError(
+                f"the connection to {url} broke mid-stream ({type(exc).__name__}: {exc})", transient=True
+            ) from exc
+        except ValueError as exc:
+            raise EngineError(f"malformed HTTP response from {url}: {exc}") from exc
+        finally:
+            if conn is not None:
+                if reusable and conn.usable():
+                    self._idle.append(conn)
+                else:
+                    conn.writer.close()
+            if self._slots is not None:
+                self._slots.release()
+
+    async def _send(self, *, data: bytes, url: str) -> tuple[_Connection, int, dict[str, str]]:
+        """Write the request and read the response head. A kept-alive connection that the
+        server closed meanwhile fails before any response byte: then retry once on a new one."""
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.usable():
+                conn.writer.close()
+                continue
+            try:
+                conn.writer.write(data)
+                return (conn, *await self._head(conn))
+            except (asyncio.IncompleteReadError, ConnectionError):
+                conn.writer.close()
+        conn = await self._connect(url)
+        try:
+            conn.writer.write(data)
+            return (conn, *await self._head(conn))
+        except BaseException:
+            conn.writer.close()
+            raise
+
+    async def _head(self, conn: _Connection) -> tuple[int, dict[str, str]]:
+        raw = await self._read(conn.reader.readuntil(b"\r\n\r\n"))
+        lines = raw.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+            raise ValueError(f"bad status line {lines[0][:100]!r}")
+        headers = {}
+        for line in lines[1:]:
+            if line:
+                key, _, value = line.partition(":")
+                headers[key.strip().lower()] = value.strip()
+        headers[":version"] = parts[0]
+        return int(parts[1]), headers
+
+    async def _body(self, conn: _Connection, headers: dict[str, str]) -> AsyncIterator[tuple[bytes, float]]:
+        reader = conn.reader
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            while True:
+                size_line = await self._read(reader.readline())
+                if not size_line:
+                    raise asyncio.IncompleteReadError(b"", None)
+                size = int(size_line.split(b";", 1)[0].strip(), 16)
+                if size == 0:
+                    while (await self._read(reader.readline())) not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return
+                piece = await self._read(reader.readexactly(size + 2))
+                yield piece[:-2], time.perf_counter()
+        elif "content-length" in headers:
+            remaining = int(headers["content-length"])
+            while remaining > 0:
+                piece = await self._read(reader.read(min(remaining, 1 << 16)))
+                if not piece:
+                    raise asyncio.IncompleteReadError(b"", remaining)
+                remaining -= len(piece)
+                yield piece, time.perf_counter()
+        else:
+            headers["connection"] = "close"  # the body ends when the server closes
+            while piece := await self._read(reader.read(1 << 16)):
+                yield piece, time.perf_counter()
+
+
+def _keep_alive(headers: dict[str, str]) -> bool:
+    connection = headers.get("connection", "").lower()
+    if headers.get(":version") == "HTTP/1.0":
+        return connection == "keep-alive"
+    return connection != "close"
+
+
 def _choice_text(choice: dict[str, Any]) -> str:
     if "text" in choice:
         return choice.get("text") or ""
@@ -447,11 +682,15 @@ def openai_config_validate(*, config: EngineConfig) -> None:
         raise EngineError("engine_args must be an object")
     unknown = set(args) - ENGINE_ARGS
     if unknown:
-        raise EngineError(f"engine_args {sorted(unknown)} are not understood by the openai engine; known: "
-                          f"{sorted(ENGINE_ARGS)}")
+        raise EngineError(
+            f"engine_args {sorted(unknown)} are not understood by the openai engine; known: "
+            f"{sorted(ENGINE_ARGS)}"
+        )
     base_url = args.get("base_url")
     if not isinstance(base_url, str) or not re.match(r"^https?://", base_url):
-        raise EngineError("engine_args.base_url must be the server's http(s) URL, e.g. http://127.0.0.1:8000/v1")
+        raise EngineError(
+            "engine_args.base_url must be the server's http(s) URL, e.g. http://127.0.0.1:8000/v1"
+        )
     if args.get("endpoint") not in (None, "chat", "completions"):
         raise EngineError(f"engine_args.endpoint must be 'chat' or 'completions', got {args['endpoint']!r}")
     if not config.target_model:

@@ -88,6 +88,12 @@ def script_parse(*, data: dict[str, Any], default: Script) -> Script:
     return Script(**merged)
 
 
+def script_prompt(**script: Any) -> str:
+    """A prompt that makes the scripted server stream this script (keys of :class:`Script`)."""
+    script_parse(data=script, default=Script())  # refuse a typo here, not as a server 400
+    return SCRIPT_PREFIX + json.dumps(script)
+
+
 def _prompt_text(body: dict[str, Any]) -> str:
     prompt = body.get("prompt")
     if isinstance(prompt, list):
@@ -290,6 +296,7 @@ class StreamServer:
             "chunk_tokens": [],
             "end_s": None,
             "status": 200,
+            "authorization": headers.get("authorization"),
         }
         self.log.append(record)
         try:
@@ -301,7 +308,7 @@ class StreamServer:
             await self._send_error(writer, 400, f"invalid JSON body: {exc}")
             return True
         if self.engine is not None:
-            chunks: AsyncIterator[tuple[Chunk, int]] = self._engine_chunks(body)
+            chunks: AsyncIterator[Chunk] = self._engine_chunks(body)
         else:
             text = _prompt_text(body)
             try:
@@ -334,8 +341,14 @@ class StreamServer:
             writer.write(
                 self._head(200, "text/event-stream", length=None, extra="Cache-Control: no-cache\r\n")
             )
+            if chat:
+                # vLLM opens a chat stream with an event that carries only the role.
+                role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                self._write_event(
+                    writer, b"data: " + json.dumps({**common, "choices": [role]}).encode() + b"\n\n"
+                )
         try:
-            async for chunk, index in chunks:
+            async for chunk in chunks:
                 if isinstance(chunk, _Malformed):
                     record["chunk_s"].append(time.perf_counter())
                     record["chunk_tokens"].append(0)
@@ -356,9 +369,7 @@ class StreamServer:
                     continue
                 choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": chunk.finish_reason}
                 if chat:
-                    choice["delta"] = (
-                        {"content": chunk.text} if index else {"role": "assistant", "content": chunk.text}
-                    )
+                    choice["delta"] = {"content": chunk.text}
                 else:
                     choice["text"] = chunk.text
                 if body.get("return_token_ids"):
@@ -409,15 +420,15 @@ class StreamServer:
     def _write_event(writer: asyncio.StreamWriter, data: bytes) -> None:
         writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
 
-    async def _scripted_chunks(self, script: Script, t_recv: float) -> AsyncIterator[tuple[Chunk, int]]:
+    async def _scripted_chunks(self, script: Script, t_recv: float) -> AsyncIterator[Chunk]:
         position = 0
         offsets = script.offsets()
         for index, (n_tokens, offset) in enumerate(zip(script.tokens, offsets, strict=False)):
             if script.drop_after is not None and index >= script.drop_after:
-                yield _Drop([], "", 0.0), index
+                yield _Drop([], "", 0.0)
                 return
             if script.malformed_after is not None and index >= script.malformed_after:
-                yield _Malformed([], "", 0.0), index
+                yield _Malformed([], "", 0.0)
                 return
             await self._sleep_until(t_recv + offset)
             ids = list(range(TOKEN_ID_BASE + position, TOKEN_ID_BASE + position + n_tokens))
@@ -431,11 +442,10 @@ class StreamServer:
                     drafted=_at(script.drafted, index),
                     accepted=_at(script.accepted, index),
                     finish_reason=script.finish_reason if last else None,
-                ),
-                index,
+                )
             )
 
-    async def _engine_chunks(self, body: dict[str, Any]) -> AsyncIterator[tuple[Chunk, int]]:
+    async def _engine_chunks(self, body: dict[str, Any]) -> AsyncIterator[Chunk]:
         assert self.engine is not None
         prompt = body.get("prompt")
         request = EngineRequest(
@@ -449,10 +459,8 @@ class StreamServer:
             response_format=body.get("response_format"),
             tools=body.get("tools"),
         )
-        index = 0
         async for chunk in self.engine.stream(request):
-            yield chunk, index
-            index += 1
+            yield chunk
 
     async def _sleep_until(self, target: float) -> None:
         while True:
