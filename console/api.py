@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from django.http import HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 _OPERATIONS: dict[str, dict[str, Any]] = {}
@@ -67,6 +67,8 @@ def api_endpoint(
                         return JsonResponse({"error": "CSRF check failed"}, status=403)
             try:
                 result = view(request, *args, **kwargs)
+            except Http404 as exc:
+                return JsonResponse({"error": str(exc) or "not found"}, status=404)
             except ApiError as exc:
                 body: dict[str, Any] = {"error": exc.message}
                 if exc.details is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -82,18 +83,10 @@ def api_token_for():
     return make
 
 
-@pytest.fixture
-def celery_worker_proc(transactional_db, tmp_path):
-    """A real `celery worker` subprocess on the real broker, reading the test database.
-
-    Rows the test writes must be committed (hence transactional_db) for the worker to see them.
-    """
+def _worker_env() -> dict:
     from django.conf import settings
     from django.db import connection
 
-    from workers.celery import app
-
-    app.control.purge()
     db = settings.DATABASES["default"]
     env = dict(os.environ)
     if db["ENGINE"].endswith("postgresql"):
@@ -104,7 +97,12 @@ def celery_worker_proc(transactional_db, tmp_path):
     else:
         env["DATABASE_URL"] = f"sqlite:///{connection.settings_dict['NAME']}"
     env["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL
-    log = tmp_path / "worker.log"
+    return env
+
+
+@contextlib.contextmanager
+def _worker_start(log: Path):
+    """A real `celery worker` subprocess on the real broker, reading the test database."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -124,10 +122,10 @@ def celery_worker_proc(transactional_db, tmp_path):
             "--loglevel",
             "INFO",
             "-n",
-            f"test-{os.getpid()}@%h",
+            f"test-{os.getpid()}-{time.monotonic_ns()}@%h",
         ],
         cwd=ROOT,
-        env=env,
+        env=_worker_env(),
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
     )
@@ -142,12 +140,28 @@ def celery_worker_proc(transactional_db, tmp_path):
         proc.kill()
         raise RuntimeError(f"celery worker did not become ready:\n{log.read_text()}")
     proc.log_path = log  # type: ignore[attr-defined]
-    yield proc
-    proc.terminate()
     try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture
+def celery_worker_proc(transactional_db, tmp_path):
+    """A real worker for one test. Rows the test writes must be committed (transactional_db)."""
+    from django.db import connection
+
+    from workers.celery import app
+
+    app.control.purge()
+    with _worker_start(tmp_path / "worker.log") as proc:
+        yield proc
+    app.control.purge()
     connection.close()
 
 

@@ -1,0 +1,134 @@
+"""Define (and run) an experiment from a pipeline."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import yaml
+from django.core.management.base import BaseCommand, CommandError
+
+from console.experiments.models import Experiment
+from console.experiments.selectors import experiment_progress
+from console.experiments.services import ExperimentInvalid, experiment_create, experiment_start
+from console.traces.models import Trace
+
+
+def config_load(text: str, *, what: str) -> dict:
+    """CONFIG is a JSON/YAML file path or inline JSON."""
+    path = Path(text)
+    try:
+        if path.exists():
+            data = (
+                yaml.safe_load(path.read_text())
+                if path.suffix in (".yaml", ".yml")
+                else json.loads(path.read_text())
+            )
+        else:
+            data = json.loads(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise CommandError(f"{what}: {text!r} is neither a readable file nor valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise CommandError(f"{what}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def candidate_normalise(data: dict) -> dict:
+    """Accept a candidate as {"speculative_config": {...}} or as the speculative config itself."""
+    if "speculative_config" in data:
+        return data
+    return {"speculative_config": data}
+
+
+class Command(BaseCommand):
+    help = "Define an experiment (baseline vs candidates on one trace) and start it; --wait follows it."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--trace", type=int, required=True, help="trace id")
+        parser.add_argument(
+            "--baseline",
+            required=True,
+            help='CONFIG: {"engine": "hf", "target_model": ..., "engine_args": {...}}',
+        )
+        parser.add_argument(
+            "--candidate", action="append", default=[], help="CONFIG (repeatable): a speculative_config"
+        )
+        parser.add_argument("--load", default="1x", help="load levels, e.g. 0.5x,1x,2x/c4")
+        parser.add_argument("--repeats", type=int, default=3)
+        parser.add_argument("--warmup", type=int, default=1)
+        parser.add_argument("--split", default="all", choices=["all", "train", "holdout"])
+        parser.add_argument("--output-limit", type=int)
+        parser.add_argument("--sampling", default="trace", choices=["trace", "greedy"])
+        parser.add_argument("--deadlines", help="JSON, seconds per class")
+        parser.add_argument("--cost-per-hour", type=float, default=0.0, help="USD per accelerator-hour")
+        parser.add_argument("--name")
+        parser.add_argument(
+            "--wait", action="store_true", help="show a progress bar; exit 1 if any run failed"
+        )
+        parser.add_argument("--worker", action="store_true", help="start a worker process here for the runs")
+
+    def handle(self, *args, **opts):
+        trace = Trace.objects.filter(pk=opts["trace"]).first()
+        if trace is None:
+            raise CommandError(f"--trace: no trace with id {opts['trace']}")
+        baseline = config_load(opts["baseline"], what="--baseline")
+        if baseline.get("speculative_config"):
+            raise CommandError("--baseline: the baseline must not have a speculative_config")
+        candidates = [candidate_normalise(config_load(c, what="--candidate")) for c in opts["candidate"]]
+        try:
+            experiment = experiment_create(
+                name=opts["name"] or f"{trace.name}: {len(candidates)} candidate(s)",
+                trace=trace,
+                engine=baseline.get("engine", "hf"),
+                target_model=baseline.get("target_model", ""),
+                baseline_engine_args=baseline.get("engine_args", {}),
+                candidates=candidates,
+                load_levels=opts["load"],
+                repeats=opts["repeats"],
+                warmup=opts["warmup"],
+                split=opts["split"],
+                output_limit=opts["output_limit"],
+                sampling=opts["sampling"],
+                deadlines=json.loads(opts["deadlines"]) if opts["deadlines"] else None,
+                cost_per_hour_usd=opts["cost_per_hour"],
+            )
+        except ExperimentInvalid as exc:
+            lines = [f"  {field}: {m}" for field, messages in exc.errors.items() for m in messages]
+            raise CommandError("invalid experiment:\n" + "\n".join(lines)) from None
+        n = experiment_start(experiment=experiment)
+        self.stdout.write(f"experiment {experiment.pk}: {n} runs queued")
+        if not opts["wait"]:
+            return
+        if opts["worker"]:
+            from workers.embedded import embedded_worker
+
+            with embedded_worker():
+                status = experiment_follow(experiment.pk, stdout=self.stdout)
+        else:
+            status = experiment_follow(experiment.pk, stdout=self.stdout)
+        if status != Experiment.Status.DONE:
+            raise CommandError(
+                f"experiment {experiment.pk} ended {status}; see /experiments/{experiment.pk}/"
+            )
+
+
+def experiment_follow(experiment_id: int, *, stdout, poll_s: float = 1.0) -> str:
+    """Show a progress bar (requests done over all runs) until the experiment ends."""
+    from tqdm import tqdm
+
+    experiment = Experiment.objects.get(pk=experiment_id)
+    progress = experiment_progress(experiment=experiment)
+    with tqdm(
+        total=progress.requests_total, unit="req", desc=f"experiment {experiment_id}", file=stdout
+    ) as bar:
+        while True:
+            experiment.refresh_from_db()
+            progress = experiment_progress(experiment=experiment)
+            bar.set_postfix_str(
+                f"runs {progress.runs_done}/{progress.runs_total} failed {progress.runs_failed}"
+            )
+            bar.update(progress.requests_done - bar.n)
+            if experiment.status not in (Experiment.Status.RUNNING, Experiment.Status.DRAFT):
+                return experiment.status
+            time.sleep(poll_s)
