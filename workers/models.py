@@ -290,15 +290,24 @@ def gguf_convert(*, gguf: Path, dest: Path, source_sha256: str, source: str) -> 
     """
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+    # dequantize=True: a plain dense model, even where a GGUF matmul kernel would keep blocks packed.
     model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
+        gguf.parent,
+        gguf_file=gguf.name,
+        dtype=torch.float32,
+        local_files_only=True,
+        quantization_config=GgufConfig(gguf_file=str(gguf), dequantize=True),
     )
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:
+        # The legacy GGUF path dequantizes too but leaves its quantizer attached, which blocks saving.
+        quantizer.remove_quantization_config(model)
     load_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     model.save_pretrained(tmp, safe_serialization=True)

@@ -1,0 +1,490 @@
+"""The embedded default engine: Hugging Face transformers, CPU (or one GPU), one request at a time.
+
+Baseline: plain greedy or seeded sampled decoding. Candidates (vLLM's keys):
+
+* ``ngram``: prompt lookup. ``num_speculative_tokens`` (k), ``prompt_lookup_max`` and
+  ``prompt_lookup_min`` mean what they mean in vLLM, with vLLM's defaults (both 5 when
+  neither is given; one given sets the other).
+* ``draft_model``: assisted generation with ``model`` (catalog name, HF folder or GGUF)
+  proposing ``num_speculative_tokens`` per step. ``draft_length_schedule``: "constant"
+  (exactly k, the default), "heuristic" (transformers': +2 after a fully accepted step,
+  -1 otherwise, reset per request) or "dynamic" (transformers' confidence threshold: the
+  draft stops early when its top probability drops below ``draft_confidence_threshold``,
+  default 0.4). A draft whose tokenizer differs from the target's runs through
+  transformers' universal assisted generation (greedy) / universal speculative decoding
+  (sampled).
+
+Each verification step reaches the consumer as ONE chunk carrying every token it
+accepted, timestamped once with ``time.perf_counter()``, with ``drafted``/``accepted``
+counted by ``hf_seam``. Generation runs in a single worker thread, so concurrent
+``stream`` calls queue in arrival order: that is this engine's real capacity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .base import Chunk, EngineConfig, EngineError, EngineRequest, validate_speculative_config
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+SUPPORTED_METHODS: dict[str, set[str]] = {
+    "ngram": {"num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"},
+    "draft_model": {"model", "num_speculative_tokens", "draft_length_schedule", "draft_confidence_threshold"},
+}
+ENGINE_ARGS = {"dtype", "num_threads", "device"}
+DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+SCHEDULES = {"constant", "heuristic", "dynamic"}
+# vLLM's ngram defaults, so one config means the same thing on both engines.
+VLLM_PROMPT_LOOKUP_DEFAULT = 5
+DEFAULT_CONFIDENCE = 0.4
+
+_END = object()
+
+
+@dataclass(frozen=True)
+class SpecPlan:
+    """A validated speculative config, in transformers' terms."""
+
+    method: str
+    k: int
+    lookup_min: int | None = None
+    lookup_max: int | None = None
+    draft: str | None = None
+    schedule: str = "constant"
+    confidence: float | None = None
+
+
+def _plan(spec: dict[str, Any] | None) -> SpecPlan | None:
+    validate_speculative_config(spec, supported=SUPPORTED_METHODS, engine="hf")
+    if spec is None:
+        return None
+    method = spec["method"]
+    k = spec.get("num_speculative_tokens")
+    if k is None:
+        raise EngineError(f"speculative_config.num_speculative_tokens is required for method {method!r}")
+    if method == "ngram":
+        lo, hi = spec.get("prompt_lookup_min"), spec.get("prompt_lookup_max")
+        for key, value in (("prompt_lookup_min", lo), ("prompt_lookup_max", hi)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise EngineError(f"speculative_config.{key} must be an integer >= 1, got {value!r}")
+        if lo is None and hi is None:
+            lo = hi = VLLM_PROMPT_LOOKUP_DEFAULT
+        lo = hi if lo is None else lo
+        hi = lo if hi is None else hi
+        if lo > hi:
+            raise EngineError(f"speculative_config.prompt_lookup_min ({lo}) exceeds prompt_lookup_max ({hi})")
+        return SpecPlan(method=method, k=k, lookup_min=lo, lookup_max=hi)
+    draft = spec.get("model")
+    if not isinstance(draft, str) or not draft:
+        raise EngineError("speculative_config.model (the draft model) is required for method 'draft_model'")
+    schedule = spec.get("draft_length_schedule", "constant")
+    if schedule not in SCHEDULES:
+        raise EngineError(
+            f"speculative_config.draft_length_schedule must be one of {sorted(SCHEDULES)}, got {schedule!r}"
+        )
+    confidence = spec.get("draft_confidence_threshold")
+    if confidence is not None:
+        if schedule != "dynamic":
+            raise EngineError(
+                "speculative_config.draft_confidence_threshold needs draft_length_schedule 'dynamic'"
+            )
+        if not isinstance(confidence, int | float) or isinstance(confidence, bool) or not 0 < confidence < 1:
+            raise EngineError(
+                f"speculative_config.draft_confidence_threshold must be in (0, 1), got {confidence!r}"
+            )
+    if schedule == "dynamic" and confidence is None:
+        confidence = DEFAULT_CONFIDENCE
+    return SpecPlan(method=method, k=k, draft=draft, schedule=schedule, confidence=confidence)
+
+
+def _check_engine_args(args: dict[str, Any]) -> None:
+    unknown = set(args) - ENGINE_ARGS
+    if unknown:
+        raise EngineError(
+            f"engine_args {sorted(unknown)} are not understood by the hf engine; known: {sorted(ENGINE_ARGS)}"
+        )
+    if "dtype" in args and args["dtype"] not in DTYPES:
+        raise EngineError(f"engine_args.dtype must be one of {sorted(DTYPES)}, got {args['dtype']!r}")
+    threads = args.get("num_threads")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise EngineError(f"engine_args.num_threads must be an integer >= 1, got {threads!r}")
+    if args.get("device", "cpu") not in {"cpu", "cuda"}:
+        raise EngineError(f"engine_args.device must be 'cpu' or 'cuda', got {args['device']!r}")
+
+
+def _available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+class _ChunkStreamer:
+    """A transformers streamer turning each ``put`` (one decoding or verification step) into one event.
+
+    Runs in the generation thread; ``emit`` hands events to the event loop. The first ``put``
+    is the prompt and is skipped. Finality is known at ``put`` time (EOS or the token budget
+    are the only stopping criteria we set), so the last chunk carries its finish_reason.
+    """
+
+    def __init__(self, *, emit: Callable[[Any], None], eos_ids: set[int], max_tokens: int, recorder: Any):
+        self.emit = emit
+        self.eos_ids = eos_ids
+        self.max_tokens = max_tokens
+        self.recorder = recorder
+        self.generated = 0
+        self.prompt_seen = False
+
+    def put(self, value: Any) -> None:
+        t = time.perf_counter()
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        ids = [int(x) for x in value.reshape(-1).tolist()]
+        self.generated += len(ids)
+        drafted = accepted = None
+        if self.recorder is not None:
+            drafted = self.recorder.pending_drafted() or 0
+            accepted = len(ids) - 1  # cross-checked against num_matches in hf_seam
+        finish = None
+        if ids and ids[-1] in self.eos_ids:
+            finish = "stop"
+        elif self.generated >= self.max_tokens:
+            finish = "length"
+        self.emit((ids, t, drafted, accepted, finish))
+
+    def end(self) -> None:
+        pass
+
+
+class HFEngine:
+    """The ``hf`` engine. See the module docstring for what each config means."""
+
+    kind = "hf"
+
+    def __init__(self) -> None:
+        self._model: Any = None
+        self._draft: Any = None
+        self._tokenizer: Any = None
+        self._draft_tokenizer: Any = None
+        self._same_tokenizer = True
+        self._plan: SpecPlan | None = None
+        self._config: EngineConfig | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._eos_ids: set[int] = set()
+        self._counters_lock = threading.Lock()
+        self._counters = self._zero_counters()
+        self._info: dict[str, str] = {}
+
+    # -- validation -------------------------------------------------------------------------
+
+    @classmethod
+    def validate(cls, config: EngineConfig) -> SpecPlan | None:
+        """Check a config without loading any model: methods, keys, k >= 1, models resolvable.
+
+        Raises EngineError with a message a user can act on (a missing model names the
+        ``python manage.py models fetch NAME`` command).
+        """
+        from workers.models import model_check
+
+        if config.engine != cls.kind:
+            raise EngineError(f"config is for engine {config.engine!r}, not 'hf'")
+        _check_engine_args(config.engine_args or {})
+        plan = _plan(config.speculative_config)
+        model_check(name_or_path=config.target_model)
+        if plan is not None and plan.draft is not None:
+            model_check(name_or_path=plan.draft)
+        return plan
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self, config: EngineConfig) -> None:
+        import torch
+        import transformers
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from workers.models import model_marker, model_resolve
+
+        from .hf_seam import seam_check_version
+
+        plan = self.validate(config)
+        if plan is not None:
+            seam_check_version()
+        args = config.engine_args or {}
+        dtype = getattr(torch, DTYPES[args.get("dtype", "float32")])
+        device = args.get("device", "cpu")
+        if device == "cuda" and not torch.cuda.is_available():
+            raise EngineError("engine_args.device is 'cuda' but no CUDA device is visible")
+        if device == "cpu":
+            torch.set_num_threads(args.get("num_threads") or _available_cpus())
+
+        def load(name: str) -> tuple[Any, Any, Path]:
+            folder = model_resolve(name_or_path=name)
+            try:
+                tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+                model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True)
+            except (OSError, ValueError) as exc:
+                raise EngineError(f"could not load model {name!r} from {folder}: {exc}") from exc
+            return model.to(device).eval(), tok, folder
+
+        t0 = time.perf_counter()
+        self._model, self._tokenizer, folder = load(config.target_model)
+        self._info = {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "target_model": config.target_model,
+            "target_sha256": str(model_marker(folder).get("source_sha256", "")),
+            "dtype": str(dtype).removeprefix("torch."),
+            "device": device,
+            "threads": str(torch.get_num_threads()),
+        }
+        if plan is not None and plan.draft is not None:
+            self._draft, self._draft_tokenizer, draft_folder = load(plan.draft)
+            self._same_tokenizer = self._draft_tokenizer.get_vocab() == self._tokenizer.get_vocab()
+            self._info["draft_model"] = plan.draft
+            self._info["draft_sha256"] = str(model_marker(draft_folder).get("source_sha256", ""))
+            self._info["draft_tokenizer"] = (
+                "same" if self._same_tokenizer else "different (universal assisted)"
+            )
+        self._info["load_s"] = f"{time.perf_counter() - t0:.2f}"
+        self._eos_ids = self._eos_set()
+        self._plan = plan
+        self._config = config
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-engine")
+
+    def _eos_set(self) -> set[int]:
+        ids: set[int] = set()
+        for value in (self._model.generation_config.eos_token_id, self._tokenizer.eos_token_id):
+            if isinstance(value, int):
+                ids.add(value)
+            elif value:
+                ids.update(int(v) for v in value)
+        return ids
+
+    def stop(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+        self._model = self._draft = self._tokenizer = self._draft_tokenizer = None
+        gc.collect()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def encode(self, request: EngineRequest) -> Any:
+        """Token ids (1 x n tensor) for a request: chat messages through the chat template, else raw text."""
+        tok = self._tokenizer
+        if request.messages is not None:
+            if not tok.chat_template:
+                raise EngineError(
+                    f"model {self._info.get('target_model')!r} has no chat template; send a raw prompt instead"
+                )
+            kwargs: dict[str, Any] = {
+                "add_generation_prompt": True,
+                "return_tensors": "pt",
+                "return_dict": True,
+            }
+            if request.tools:
+                kwargs["tools"] = request.tools
+            return tok.apply_chat_template(request.messages, **kwargs)["input_ids"]
+        if request.prompt is None:
+            raise EngineError(f"request {request.request_id!r} has neither prompt nor messages")
+        return tok(request.prompt, return_tensors="pt")["input_ids"]
+
+    def generation_kwargs(self, request: EngineRequest) -> dict[str, Any]:
+        """What ``model.generate`` is called with for this request, speculation included.
+
+        Also used by bench/engine_overhead.py so the direct calls use the same settings.
+        """
+        from transformers import GenerationConfig
+
+        greedy = request.temperature == 0
+        config = GenerationConfig(
+            max_new_tokens=request.max_tokens,
+            do_sample=not greedy,
+            eos_token_id=sorted(self._eos_ids),
+            pad_token_id=self._tokenizer.pad_token_id
+            if self._tokenizer.pad_token_id is not None
+            else min(self._eos_ids, default=0),
+        )
+        if not greedy:
+            # top_k=0 switches off transformers' default top-k of 50: vLLM samples the whole vocabulary.
+            config.update(temperature=request.temperature, top_p=request.top_p, top_k=0)
+        kwargs: dict[str, Any] = {"generation_config": config}
+        plan = self._plan
+        if plan is not None and plan.method == "ngram":
+            config.update(prompt_lookup_num_tokens=plan.k, max_matching_ngram_size=plan.lookup_max)
+        elif plan is not None and plan.method == "draft_model":
+            # Set on the draft's own generation_config, which transformers reads each call; resetting
+            # it per request keeps requests independent of each other's history.
+            draft_config = self._draft.generation_config
+            draft_config.num_assistant_tokens = plan.k
+            draft_config.num_assistant_tokens_schedule = (
+                "heuristic_transient" if plan.schedule == "heuristic" else "constant"
+            )
+            # 0 disables the stop-on-low-confidence criterion (transformers' default is 0.4).
+            draft_config.assistant_confidence_threshold = plan.confidence or 0.0
+            kwargs["assistant_model"] = self._draft
+            if not self._same_tokenizer:
+                kwargs["tokenizer"] = self._tokenizer
+                kwargs["assistant_tokenizer"] = self._draft_tokenizer
+        return kwargs
+
+    def _generate(self, request: EngineRequest, emit: Callable[[Any], None], cancel: threading.Event) -> None:
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        from .hf_seam import StepRecorder, counting_steps
+
+        class Cancelled(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):  # noqa: ARG002
+                return torch.full((input_ids.shape[0],), cancel.is_set(), dtype=torch.bool)
+
+        if cancel.is_set():
+            return
+        input_ids = self.encode(request).to(self._model.device)
+        kwargs = self.generation_kwargs(request)
+        recorder = StepRecorder() if self._plan is not None else None
+        streamer = _ChunkStreamer(
+            emit=emit, eos_ids=self._eos_ids, max_tokens=request.max_tokens, recorder=recorder
+        )
+        if request.temperature != 0 and request.seed is not None:
+            torch.manual_seed(request.seed)
+        with torch.inference_mode():
+            if recorder is None:
+                self._model.generate(
+                    input_ids,
+                    attention_mask=torch.ones_like(input_ids),
+                    streamer=streamer,
+                    stopping_criteria=StoppingCriteriaList([Cancelled()]),
+                    **kwargs,
+                )
+            else:
+                with counting_steps(self._model, recorder, prompt_lookup_min=self._plan.lookup_min):
+                    self._model.generate(
+                        input_ids,
+                        attention_mask=torch.ones_like(input_ids),
+                        streamer=streamer,
+                        stopping_criteria=StoppingCriteriaList([Cancelled()]),
+                        **kwargs,
+                    )
+        self._count(streamer.generated, recorder)
+
+    async def stream(self, request: EngineRequest) -> AsyncIterator[Chunk]:
+        if self._executor is None:
+            raise EngineError("the hf engine is not started")
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        cancel = threading.Event()
+
+        def emit(item: Any) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def run() -> None:
+            try:
+                self._generate(request, emit, cancel)
+            except BaseException as exc:  # handed to the consumer, which re-raises it
+                emit(exc)
+            finally:
+                emit(_END)
+
+        future = loop.run_in_executor(self._executor, run)
+        tok = self._tokenizer
+        ids: list[int] = []
+        shown = ""
+        try:
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    break
+                if isinstance(item, EngineError):
+                    raise item
+                if isinstance(item, BaseException):
+                    raise EngineError(
+                        f"generation failed for request {request.request_id!r}: {item!r}"
+                    ) from item
+                new_ids, t, drafted, accepted, finish = item
+                ids.extend(new_ids)
+                text = tok.decode(ids, skip_special_tokens=True)
+                # Hold back a trailing partial UTF-8 character until the token that completes it.
+                if finish is None and text.endswith("\ufffd"):
+                    delta = ""
+                else:
+                    delta = text[len(shown) :]
+                    shown = text
+                yield Chunk(
+                    token_ids=new_ids,
+                    text=delta,
+                    t=t,
+                    drafted=drafted,
+                    accepted=accepted,
+                    finish_reason=finish,
+                )
+        finally:
+            cancel.set()
+            if not future.done():
+                # Let a cancelled request's thread wind down without blocking the event loop.
+                future.add_done_callback(lambda f: f.exception())
+
+    # -- reporting --------------------------------------------------------------------------
+
+    @staticmethod
+    def _zero_counters() -> dict[str, Any]:
+        return {
+            "requests": 0,
+            "generated_tokens": 0,
+            "spec_steps": 0,
+            "spec_drafted_tokens": 0,
+            "spec_accepted_tokens": 0,
+            "spec_drafted_per_pos": [],
+            "spec_accepted_per_pos": [],
+            "seam_mismatches": 0,
+        }
+
+    def _count(self, generated: int, recorder: Any) -> None:
+        from .hf_seam import per_position
+
+        with self._counters_lock:
+            c = self._counters
+            c["requests"] += 1
+            c["generated_tokens"] += generated
+            if recorder is None:
+                return
+            c["spec_steps"] += len(recorder.steps)
+            c["spec_drafted_tokens"] += recorder.drafted_total
+            c["spec_accepted_tokens"] += recorder.accepted_total
+            c["seam_mismatches"] += recorder.mismatches
+            drafted, accepted = per_position(recorder.steps)
+            for key, values in (("spec_drafted_per_pos", drafted), ("spec_accepted_per_pos", accepted)):
+                total = c[key]
+                total.extend([0] * (len(values) - len(total)))
+                for j, v in enumerate(values):
+                    total[j] += v
+
+    def counters(self) -> dict[str, Any]:
+        """Totals since start: requests, tokens, verification steps, drafted/accepted tokens (and per position)."""
+        with self._counters_lock:
+            return {k: list(v) if isinstance(v, list) else v for k, v in self._counters.items()}
+
+    def memory(self) -> dict[str, Any]:
+        """Bytes: the process's resident set, and CUDA memory allocated when on a GPU."""
+        import psutil
+
+        out: dict[str, Any] = {"rss_bytes": psutil.Process().memory_info().rss}
+        if self._info.get("device") == "cuda":
+            import torch
+
+            out["gpu_bytes"] = torch.cuda.memory_allocated()
+        return out
+
+    def versions(self) -> dict[str, str]:
+        return {"engine": "hf", **self._info}

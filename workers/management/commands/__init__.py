@@ -1,0 +1,1 @@
+"""python manage.py models: the model catalog for the hf engine."""
