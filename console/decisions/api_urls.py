@@ -1,3 +1,9 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-urlpatterns: list = []
+from console.decisions import api
+
+urlpatterns = [
+    path("decisions", api.decisions_index, name="api-decisions"),
+    path("decisions/<int:pk>", api.decision_item, name="api-decision"),
+    path("decisions/<int:pk>/signoff", api.decision_signoff, name="api-decision-signoff"),
+]

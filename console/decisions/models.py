@@ -1,1 +1,175 @@
-"""Filled by a later issue."""
+"""Decisions: a proposal with its computed gate, checklist, rollback plan, sign-off and archive.
+
+Invariant held here (not a workflow): once a decision is signed (approved, rejected or approved
+with conditions) its row, its sign-off and its archive record are never changed or deleted.
+The model refuses ``save()``/``delete()`` on a row that was loaded signed; on PostgreSQL a
+trigger (migration 0002) also refuses UPDATE/DELETE at the database level, so a queryset
+``update()`` or raw SQL cannot slip past either. Workflows (drafting, submitting, signing,
+archiving) live in ``services.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+from console.experiments.models import Arm, Experiment
+
+
+class FrozenDecisionError(Exception):
+    """Raised on any attempt to change or delete a signed decision or its archive rows."""
+
+
+class Decision(models.Model):
+    class Proposal(models.TextChoices):
+        ENABLE = "enable", "Enable everywhere with the candidate config"
+        ENABLE_FOR_SLICE = "enable_for_slice", "Enable for a slice (policy)"
+        KEEP_OFF = "keep_off", "Keep speculation off"
+
+    class Status(models.TextChoices):
+        DRAFT = "draft"
+        SUBMITTED = "submitted"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        APPROVED_WITH_CONDITIONS = "approved_with_conditions", "approved with conditions"
+
+    SIGNED_STATUSES = (Status.APPROVED, Status.REJECTED, Status.APPROVED_WITH_CONDITIONS)
+
+    title = models.CharField(max_length=200)
+    experiment = models.ForeignKey(Experiment, on_delete=models.PROTECT, related_name="decisions")
+    proposal = models.CharField(max_length=20, choices=Proposal.choices)
+    candidate_arm = models.ForeignKey(
+        Arm, null=True, blank=True, on_delete=models.PROTECT, related_name="decisions"
+    )
+    traffic_class = models.CharField(max_length=20, default="interactive", help_text="the promised class")
+    rationale = models.TextField(blank=True)
+    policy = models.JSONField(
+        null=True, blank=True, help_text="the slice policy (enable_for_slice), as the policies page shows it"
+    )
+    policy_ref = models.CharField(max_length=500, blank=True, help_text="link to the policy page")
+    gate_settings = models.JSONField(default=dict, blank=True)
+    gate = models.JSONField(default=dict, blank=True, help_text="computed by decisions.gate, never typed in")
+    comparison_key = models.CharField(max_length=64, blank=True)
+    checklist_answers = models.JSONField(default=dict, blank=True, help_text="the engineer's answers")
+    checklist = models.JSONField(
+        default=list, blank=True, help_text="items as last computed (evidence + answers)"
+    )
+    rollback_triggers = models.JSONField(default=list, blank=True)
+    rollback_revert_config = models.JSONField(default=dict, blank=True)
+    rollback_steps = models.TextField(blank=True)
+    rollback_owner = models.CharField(max_length=200, blank=True)
+    rollback_verification = models.TextField(blank=True)
+    supersedes = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="superseding"
+    )
+    status = models.CharField(max_length=30, choices=Status.choices, default=Status.DRAFT)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.title}"
+
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        instance = super().from_db(db, field_names, values)
+        instance._loaded_status = getattr(instance, "status", None)
+        return instance
+
+    @property
+    def is_signed(self) -> bool:
+        return self.status in self.SIGNED_STATUSES
+
+    @property
+    def was_signed_when_loaded(self) -> bool:
+        return getattr(self, "_loaded_status", None) in self.SIGNED_STATUSES
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None and self.was_signed_when_loaded:
+            raise FrozenDecisionError(f"decision #{self.pk} is signed and archived: it cannot be edited")
+        super().save(*args, **kwargs)
+        self._loaded_status = self.status
+
+    def delete(self, *args: Any, **kwargs: Any):
+        if self.was_signed_when_loaded or self.is_signed:
+            raise FrozenDecisionError(f"decision #{self.pk} is signed and archived: it cannot be deleted")
+        return super().delete(*args, **kwargs)
+
+
+class _AppendOnly(models.Model):
+    """Rows written once and never changed (sign-offs, archive records, audit events)."""
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise FrozenDecisionError(f"{type(self).__name__} rows are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any):
+        raise FrozenDecisionError(f"{type(self).__name__} rows are append-only")
+
+
+class SignOff(_AppendOnly):
+    decision = models.OneToOneField(Decision, on_delete=models.PROTECT, related_name="signoff")
+    signer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    signer_role = models.CharField(max_length=20)
+    verdict = models.CharField(max_length=30, choices=Decision.Status.choices)
+    comment = models.TextField()
+    conditions = models.TextField(blank=True)
+    override_reason = models.TextField(blank=True, help_text="why it was approved with a failing gate")
+    signed_at = models.DateTimeField()
+
+
+class ArchiveRecord(_AppendOnly):
+    """One signed decision in the hash chain.
+
+    ``bundle`` is the canonical JSON text exactly as hashed (a text column, not JSON, so the
+    database cannot re-render it); ``bundle_sha256`` its sha256; ``previous_sha256`` the
+    ``record_sha256`` of the record before (64 zeros for the first); ``record_sha256`` the sha256
+    of the canonical header (sequence, decision, both hashes, time).
+    """
+
+    sequence = models.PositiveIntegerField(unique=True)
+    decision = models.OneToOneField(Decision, on_delete=models.PROTECT, related_name="archive")
+    bundle = models.TextField()
+    bundle_sha256 = models.CharField(max_length=64)
+    previous_sha256 = models.CharField(max_length=64, unique=True)
+    record_sha256 = models.CharField(max_length=64, unique=True)
+    archived_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["sequence"]
+
+    def __str__(self) -> str:
+        return f"archive #{self.sequence} (decision {self.decision_id})"
+
+
+class AuditEvent(_AppendOnly):
+    class Action(models.TextChoices):
+        CREATED = "created"
+        EDITED = "edited"
+        SUBMITTED = "submitted"
+        SIGNED = "signed"
+        SUPERSEDED = "superseded"
+        EXPORTED = "exported"
+
+    decision = models.ForeignKey(Decision, on_delete=models.PROTECT, related_name="events")
+    action = models.CharField(max_length=20, choices=Action.choices)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    actor_role = models.CharField(max_length=20, blank=True)
+    at = models.DateTimeField()
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.actor_id} at {self.at:%Y-%m-%d %H:%M:%S}"

@@ -1,0 +1,176 @@
+"""The CTO's checklist: pre-filled from evidence where it can be, answered by the engineer where
+it cannot. Pure functions over plain dicts; no Django.
+
+The questions are the ones a CTO asks before approval (see docs/decisions.md): production
+traces, the current serving path, p95 and p99, acceptance by prompt type, memory impact, quality
+regressions, framework compatibility, the change evaluated alone, a rollback plan.
+
+Evidence (built by ``selectors.decision_evidence``): ``trace`` (``name``, ``sha256``,
+``paired_with``, ``arrival_spec``), ``baseline`` and ``candidate`` configs (``engine``,
+``target_model``, ``engine_args``, ``speculative_config``), ``experiment_sampling``, ``versions``
+({arm: {library: version}}), ``structured`` ({"response_format": n, "tools": n} request counts),
+``stats_reported`` (set of ``pNN`` stats in the comparison), ``acceptance_by_task`` (bool),
+``facts`` (the gate facts), ``rollback`` (the plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+YES, NO = "yes", "no"
+
+QUESTIONS: tuple[tuple[str, str], ...] = (
+    ("production_traces", "The benchmark used production traces (and says whether content was paired)"),
+    ("current_serving_path", "It was compared against the current serving path"),
+    ("p95_p99", "p95 and p99 latency are reported"),
+    ("acceptance_by_prompt_type", "Acceptance distributions are reported by prompt type"),
+    ("memory_impact", "Memory impact is measured"),
+    ("quality_results", "Quality-regression results are reported"),
+    (
+        "framework_compatibility",
+        "Framework compatibility is noted (engine, versions, structured output and tool calls with speculation)",
+    ),
+    ("changes_alone", "The change was evaluated alone (no quantization or sampling change combined with it)"),
+    ("rollback_plan", "A rollback plan is present"),
+)
+
+
+def rollback_complete(plan: Mapping[str, Any]) -> list[str]:
+    """What the rollback plan still lacks (empty when complete)."""
+    missing = []
+    if not plan.get("triggers"):
+        missing.append("at least one trigger")
+    if not plan.get("revert_config"):
+        missing.append("the config to revert to")
+    for key, label in (
+        ("steps", "steps"),
+        ("owner", "an owner"),
+        ("verification", "how to verify the rollback"),
+    ):
+        if not str(plan.get(key) or "").strip():
+            missing.append(label)
+    return missing
+
+
+def _config_diff(baseline: Mapping[str, Any], candidate: Mapping[str, Any]) -> list[str]:
+    diffs = []
+    for key in ("engine", "target_model"):
+        if baseline.get(key) != candidate.get(key):
+            diffs.append(key)
+    b_args, c_args = baseline.get("engine_args") or {}, candidate.get("engine_args") or {}
+    for key in sorted(set(b_args) | set(c_args)):
+        if b_args.get(key) != c_args.get(key) and key != "speculative_config":
+            diffs.append(f"engine_args.{key}")
+    return diffs
+
+
+def checklist_prefill(evidence: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One item per question: ``key``, ``question``, ``source`` ("evidence" when the evidence
+    settles it, else "engineer"), ``answer`` ("yes" | "no" | None), ``detail`` (what the
+    evidence shows)."""
+    facts = evidence.get("facts") or {}
+    trace = evidence.get("trace") or {}
+    items: dict[str, dict[str, Any]] = {}
+
+    def put(key: str, answer: str | None, detail: str, source: str = "evidence") -> None:
+        items[key] = {
+            "key": key,
+            "question": dict(QUESTIONS)[key],
+            "source": source,
+            "answer": answer,
+            "detail": detail,
+        }
+
+    paired = trace.get("paired_with")
+    detail = f"trace {trace.get('name', '?')} (sha256 {str(trace.get('sha256', ''))[:12]}…), arrivals: {trace.get('arrival_spec') or 'from the trace'}; "
+    detail += f"content paired from {paired}" if paired else "content is the trace's own"
+    put("production_traces", None, detail, source="engineer")
+
+    base = evidence.get("baseline") or {}
+    put(
+        "current_serving_path",
+        None,
+        f"baseline: {base.get('engine', '?')} {base.get('target_model', '?')} args {base.get('engine_args') or {}}",
+        source="engineer",
+    )
+
+    stats = set(evidence.get("stats_reported") or ())
+    have = {"p95", "p99"} <= stats
+    put("p95_p99", YES if have else NO, "reported: " + (", ".join(sorted(stats)) or "none"))
+
+    put(
+        "acceptance_by_prompt_type",
+        YES if evidence.get("acceptance_by_task") else NO,
+        "acceptance by task in the comparison"
+        if evidence.get("acceptance_by_task")
+        else "no acceptance-by-task table",
+    )
+
+    memory = facts.get("memory")
+    put("memory_impact", YES if memory else NO, "peak memory per arm measured" if memory else "not measured")
+
+    quality = facts.get("quality")
+    if quality:
+        n = sum(sum((s.get("regressions") or {}).values()) for s in quality.get("slices") or [])
+        put("quality_results", YES, f"{len(quality['slices'])} slices checked, {n} regressions")
+    else:
+        put("quality_results", NO, "no quality-equivalence results")
+
+    versions = evidence.get("versions") or {}
+    structured = evidence.get("structured") or {}
+    cand = evidence.get("candidate") or {}
+    detail = f"engine {cand.get('engine') or base.get('engine', '?')}; versions: "
+    detail += (
+        "; ".join(
+            f"{arm}: {', '.join(f'{k} {v}' for k, v in sorted(vs.items()))}"
+            for arm, vs in sorted(versions.items())
+        )
+        or "not recorded"
+    )
+    detail += f"; requests with response_format: {structured.get('response_format', 0)}, with tools: {structured.get('tools', 0)}"
+    put("framework_compatibility", None, detail, source="engineer")
+
+    if cand:
+        diffs = _config_diff(base, cand)
+        if evidence.get("experiment_sampling") not in (None, "trace", "greedy"):
+            diffs.append("sampling")
+        put(
+            "changes_alone",
+            NO if diffs else YES,
+            ("candidate also changes: " + ", ".join(diffs))
+            if diffs
+            else "candidate differs from the baseline only in its speculative config",
+        )
+    else:
+        put("changes_alone", None, "no candidate config (keep off)", source="engineer")
+
+    missing = rollback_complete(evidence.get("rollback") or {})
+    put(
+        "rollback_plan",
+        NO if missing else YES,
+        ("missing: " + ", ".join(missing))
+        if missing
+        else "triggers, revert config, steps, owner, verification",
+    )
+    return [items[key] for key, _ in QUESTIONS]
+
+
+def checklist_merge(
+    prefilled: list[dict[str, Any]], answers: Mapping[str, Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Apply the engineer's ``answers`` ({key: {"answer", "note"}}): an answer counts only where
+    the evidence does not settle the item; a note is kept on every item."""
+    merged = []
+    for item in prefilled:
+        given = answers.get(item["key"]) or {}
+        out = dict(item, note=str(given.get("note") or ""))
+        if item["source"] == "engineer" and given.get("answer") in (YES, NO):
+            out["answer"] = given["answer"]
+        merged.append(out)
+    return merged
+
+
+def checklist_unanswered(items: list[dict[str, Any]]) -> list[str]:
+    """Keys of the items with no answer yet."""
+    return [i["key"] for i in items if i.get("answer") not in (YES, NO)]

@@ -1,0 +1,211 @@
+"""Forms parse input; services decide. Rollback triggers are typed one per line as
+``metric | op | threshold | unit | window minutes``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+
+from console.decisions import checklist as checklist_mod
+from console.decisions.models import Decision
+from console.experiments.models import Arm, Experiment
+from console.traces.models import TRAFFIC_CLASSES
+
+TRIGGER_OPS = (">", ">=", "<", "<=")
+
+
+def triggers_format(triggers: list[dict[str, Any]]) -> str:
+    lines = []
+    for t in triggers or []:
+        threshold = "" if t.get("threshold") is None else t["threshold"]
+        lines.append(
+            f"{t.get('metric', '')} | {t.get('op', '>')} | {threshold} | {t.get('unit', '')} | {t.get('window_min', '')}"
+        )
+    return "\n".join(lines)
+
+
+def triggers_parse(text: str) -> list[dict[str, Any]]:
+    """Parse trigger lines; raises ``forms.ValidationError`` naming the bad line."""
+    out = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) != 5:
+            raise forms.ValidationError(f"line {n}: write 'metric | op | threshold | unit | window minutes'")
+        metric, op, threshold, unit, window = parts
+        if not metric:
+            raise forms.ValidationError(f"line {n}: name the metric")
+        if op not in TRIGGER_OPS:
+            raise forms.ValidationError(f"line {n}: the comparison must be one of {' '.join(TRIGGER_OPS)}")
+        try:
+            value = float(threshold)
+            minutes = float(window)
+        except ValueError:
+            raise forms.ValidationError(f"line {n}: threshold and window must be numbers") from None
+        if minutes <= 0:
+            raise forms.ValidationError(f"line {n}: the window must be positive (minutes)")
+        out.append(
+            {
+                "metric": metric,
+                "op": op,
+                "threshold": int(value) if value.is_integer() else value,
+                "unit": unit,
+                "window_min": int(minutes) if minutes.is_integer() else minutes,
+            }
+        )
+    return out
+
+
+class DecisionCreateForm(forms.Form):
+    experiment = forms.ModelChoiceField(queryset=Experiment.objects.all())
+    title = forms.CharField(max_length=200, required=False)
+    proposal = forms.ChoiceField(choices=Decision.Proposal.choices)
+    candidate_arm = forms.ModelChoiceField(queryset=Arm.objects.filter(is_baseline=False), required=False)
+    traffic_class = forms.ChoiceField(choices=[(c, c) for c in TRAFFIC_CLASSES])
+    rationale = forms.CharField(widget=forms.Textarea, required=False)
+    policy_ref = forms.CharField(max_length=500, required=False, label="Policy (link or name)")
+    supersedes = forms.ModelChoiceField(
+        queryset=Decision.objects.filter(status__in=Decision.SIGNED_STATUSES), required=False
+    )
+
+    def clean(self):
+        data = super().clean()
+        arm, experiment = data.get("candidate_arm"), data.get("experiment")
+        if arm is not None and experiment is not None and arm.experiment_id != experiment.pk:
+            self.add_error("candidate_arm", "this arm belongs to another experiment")
+        return data
+
+
+class DecisionEditForm(forms.Form):
+    """Everything an engineer types on a draft; the gate is not among it."""
+
+    title = forms.CharField(max_length=200)
+    proposal = forms.ChoiceField(choices=Decision.Proposal.choices)
+    candidate_arm = forms.ModelChoiceField(queryset=Arm.objects.none(), required=False)
+    traffic_class = forms.ChoiceField(choices=[(c, c) for c in TRAFFIC_CLASSES])
+    rationale = forms.CharField(widget=forms.Textarea, required=False)
+    policy_ref = forms.CharField(max_length=500, required=False)
+    policy = forms.CharField(widget=forms.Textarea, required=False, help_text="the slice policy as JSON")
+    loads_in_scope = forms.CharField(
+        required=False, help_text="comma-separated load labels the proposal covers (empty: all)"
+    )
+    memory_fraction = forms.FloatField(min_value=0.01, max_value=1.0, required=False)
+    memory_capacity_gib = forms.FloatField(min_value=0, required=False, label="Memory capacity (GiB)")
+    rollback_triggers = forms.CharField(widget=forms.Textarea, required=False)
+    rollback_steps = forms.CharField(widget=forms.Textarea, required=False)
+    rollback_owner = forms.CharField(max_length=200, required=False)
+    rollback_verification = forms.CharField(widget=forms.Textarea, required=False)
+
+    def __init__(self, *args: Any, decision: Decision, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.decision = decision
+        self.fields["candidate_arm"].queryset = decision.experiment.arms.filter(is_baseline=False)  # type: ignore[attr-defined]
+        for item in decision.checklist or []:
+            key = item["key"]
+            if item["source"] == "engineer":
+                self.fields[f"check_{key}"] = forms.ChoiceField(
+                    label=item["question"],
+                    choices=[("", "—"), ("yes", "yes"), ("no", "no")],
+                    required=False,
+                    help_text=item.get("detail", ""),
+                )
+            self.fields[f"note_{key}"] = forms.CharField(required=False, label=f"Note: {item['question']}")
+
+    @staticmethod
+    def initial_for(decision: Decision) -> dict[str, Any]:
+        gs = decision.gate_settings or {}
+        capacity = gs.get("memory_capacity_bytes")
+        initial: dict[str, Any] = {
+            "title": decision.title,
+            "proposal": decision.proposal,
+            "candidate_arm": decision.candidate_arm_id,
+            "traffic_class": decision.traffic_class,
+            "rationale": decision.rationale,
+            "policy_ref": decision.policy_ref,
+            "policy": json.dumps(decision.policy, indent=2) if decision.policy else "",
+            "loads_in_scope": ", ".join(gs.get("loads_in_scope") or []),
+            "memory_fraction": gs.get("memory_fraction"),
+            "memory_capacity_gib": capacity / 2**30 if capacity else None,
+            "rollback_triggers": triggers_format(decision.rollback_triggers),
+            "rollback_steps": decision.rollback_steps,
+            "rollback_owner": decision.rollback_owner,
+            "rollback_verification": decision.rollback_verification,
+        }
+        for key, given in (decision.checklist_answers or {}).items():
+            initial[f"check_{key}"] = given.get("answer") or ""
+            initial[f"note_{key}"] = given.get("note") or ""
+        return initial
+
+    def clean_rollback_triggers(self):
+        return triggers_parse(self.cleaned_data.get("rollback_triggers") or "")
+
+    def clean_policy(self):
+        text = (self.cleaned_data.get("policy") or "").strip()
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"not valid JSON: {exc}") from None
+
+    def changes(self) -> dict[str, Any]:
+        """The service's ``changes`` for the cleaned form."""
+        data = self.cleaned_data
+        settings = dict(self.decision.gate_settings or {})
+        settings["loads_in_scope"] = [
+            s.strip() for s in (data.get("loads_in_scope") or "").split(",") if s.strip()
+        ]
+        if data.get("memory_fraction") is not None:
+            settings["memory_fraction"] = data["memory_fraction"]
+        capacity = data.get("memory_capacity_gib")
+        settings["memory_capacity_bytes"] = int(capacity * 2**30) if capacity else None
+        answers = {}
+        for key, _ in checklist_mod.QUESTIONS:
+            entry = {"note": data.get(f"note_{key}") or ""}
+            if data.get(f"check_{key}"):
+                entry["answer"] = data[f"check_{key}"]
+            if entry["note"] or entry.get("answer"):
+                answers[key] = entry
+        return {
+            "title": data["title"],
+            "proposal": data["proposal"],
+            "candidate_arm": data.get("candidate_arm"),
+            "traffic_class": data["traffic_class"],
+            "rationale": data.get("rationale") or "",
+            "policy_ref": data.get("policy_ref") or "",
+            "policy": data.get("policy"),
+            "gate_settings": settings,
+            "checklist_answers": answers,
+            "rollback_triggers": data["rollback_triggers"],
+            "rollback_steps": data.get("rollback_steps") or "",
+            "rollback_owner": data.get("rollback_owner") or "",
+            "rollback_verification": data.get("rollback_verification") or "",
+        }
+
+
+class SignOffForm(forms.Form):
+    verdict = forms.ChoiceField(
+        choices=[
+            (Decision.Status.APPROVED, "Approve"),
+            (Decision.Status.APPROVED_WITH_CONDITIONS, "Approve with conditions"),
+            (Decision.Status.REJECTED, "Reject"),
+        ]
+    )
+    comment = forms.CharField(widget=forms.Textarea)
+    conditions = forms.CharField(widget=forms.Textarea, required=False)
+    override_reason = forms.CharField(widget=forms.Textarea, required=False)
+
+
+class ArchiveFilterForm(forms.Form):
+    model = forms.CharField(required=False)
+    status = forms.ChoiceField(
+        required=False,
+        choices=[("", "any")]
+        + [(s, s.replace("_", " ")) for s in Decision.SIGNED_STATUSES]
+        + [("superseded", "superseded")],
+    )
+    date_from = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    date_to = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))

@@ -1,0 +1,275 @@
+"""Reads: decisions, their evidence, the frozen snapshot a bundle holds, the archive check."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from console.decisions import archive
+from console.decisions.models import ArchiveRecord, AuditEvent, Decision
+from console.experiments.models import Arm, Experiment
+
+
+def decision_comparison(*, experiment: Experiment) -> dict[str, Any] | None:
+    """The comparison summary of ``experiment`` from ``console.analysis``, or None when the
+    analysis app does not provide it (yet) or has nothing to compare."""
+    try:
+        from console.analysis.selectors import comparison_for_experiment  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    summary = comparison_for_experiment(experiment)
+    return dict(summary) if summary else None
+
+
+def decisions_list(
+    *,
+    model: str | None = None,
+    status: str | None = None,
+    date_from: dt.date | None = None,
+    date_to: dt.date | None = None,
+    archived_only: bool = False,
+) -> QuerySet[Decision]:
+    """Decisions, newest first, filtered by target model (substring), status, creation date."""
+    qs = Decision.objects.select_related(
+        "experiment", "candidate_arm__config", "created_by", "signoff__signer"
+    )
+    if archived_only:
+        qs = qs.filter(status__in=Decision.SIGNED_STATUSES)
+    if model:
+        qs = qs.filter(
+            Q(experiment__target_model__icontains=model)
+            | Q(candidate_arm__config__target_model__icontains=model)
+        )
+    if status == "superseded":
+        qs = qs.filter(
+            superseding__status__in=(Decision.Status.APPROVED, Decision.Status.APPROVED_WITH_CONDITIONS)
+        )
+    elif status:
+        qs = qs.filter(status=status)
+    if date_from:
+        qs = qs.filter(created_at__date__gte=date_from)
+    if date_to:
+        qs = qs.filter(created_at__date__lte=date_to)
+    return qs.distinct()
+
+
+def decision_superseded_by(*, decision: Decision) -> Decision | None:
+    """The signed approval that supersedes ``decision``, if any."""
+    return (
+        decision.superseding.filter(
+            status__in=(Decision.Status.APPROVED, Decision.Status.APPROVED_WITH_CONDITIONS)
+        )
+        .order_by("id")
+        .first()
+    )
+
+
+def decision_events(*, decision: Decision) -> QuerySet[AuditEvent]:
+    return decision.events.select_related("actor").order_by("at", "id")
+
+
+def config_export(config: Any) -> dict[str, Any]:
+    """A ServingConfig as a plain dict, the form the rollback plan and the bundle carry."""
+    return {
+        "name": config.name,
+        "engine": config.engine,
+        "target_model": config.target_model,
+        "engine_args": config.engine_args,
+        "speculative_config": config.speculative_config,
+        "content_hash": config.content_hash,
+    }
+
+
+def experiment_baseline_arm(*, experiment: Experiment) -> Arm | None:
+    return experiment.arms.select_related("config").filter(is_baseline=True).first()
+
+
+def decision_evidence(
+    *, experiment: Experiment, candidate_arm: Arm | None, facts: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What the checklist and the bundle read from the database: trace, configs, versions,
+    hardware, request counts with structured output or tools."""
+    trace = experiment.trace
+    baseline = experiment_baseline_arm(experiment=experiment)
+    runs = list(experiment.runs.select_related("arm").order_by("order"))
+    versions: dict[str, dict[str, str]] = {}
+    hardware: dict[str, Any] = {}
+    for run in runs:
+        if run.versions:
+            versions.setdefault(run.arm.label, {}).update({str(k): str(v) for k, v in run.versions.items()})
+        if run.hardware:
+            hardware.setdefault(run.arm.label, run.hardware)
+    requests = trace.requests.all()
+    return {
+        "experiment": {
+            "id": experiment.pk,
+            "name": experiment.name,
+            "split": experiment.split,
+            "engine": experiment.engine,
+            "target_model": experiment.target_model,
+            "load_levels": experiment.load_levels,
+            "deadlines": experiment.deadlines,
+            "sampling": experiment.sampling,
+            "repeats": experiment.repeats,
+            "cost_per_hour_usd": experiment.cost_per_hour_usd,
+            "hardware_label": experiment.hardware_label,
+        },
+        "trace": {
+            "id": trace.pk,
+            "name": trace.name,
+            "sha256": trace.sha256,
+            "content_sha256": trace.content_sha256,
+            "request_count": trace.request_count,
+            "paired_with": trace.paired_with,
+            "arrival_spec": trace.arrival_spec,
+            "source_format": trace.source_format,
+        },
+        "baseline": config_export(baseline.config) if baseline else {},
+        "candidate": config_export(candidate_arm.config) if candidate_arm else {},
+        "configs": [
+            {"arm": arm.label, "is_baseline": arm.is_baseline} | config_export(arm.config)
+            for arm in experiment.arms.select_related("config").order_by("position")
+        ],
+        "runs": [
+            {
+                "id": run.pk,
+                "arm": run.arm.label,
+                "load": run.load_label,
+                "repeat": run.repeat,
+                "status": run.status,
+                "config_hash": run.config_hash,
+                "versions": run.versions,
+                "hardware": run.hardware,
+            }
+            for run in runs
+        ],
+        "versions": versions,
+        "hardware": hardware,
+        "experiment_sampling": experiment.sampling,
+        "structured": {
+            "response_format": requests.filter(response_format__isnull=False).count(),
+            "tools": requests.filter(tools__isnull=False).count(),
+        },
+        "stats_reported": list(facts.get("stats_reported") or []),
+        "acceptance_by_task": bool(facts.get("acceptance_by_task")),
+        "facts": dict(facts),
+    }
+
+
+def iso_utc(value: dt.datetime | None) -> str | None:
+    return value.astimezone(dt.UTC).isoformat() if value else None
+
+
+def decision_snapshot(*, decision: Decision) -> dict[str, Any]:
+    """The decision and its sign-off as plain data: what a bundle freezes and what
+    ``verify_archive`` compares the database against."""
+    arm = decision.candidate_arm
+    out: dict[str, Any] = {
+        "decision": {
+            "id": decision.pk,
+            "title": decision.title,
+            "experiment_id": decision.experiment_id,
+            "proposal": decision.proposal,
+            "candidate": {"arm": arm.label, "config_hash": arm.config.content_hash} if arm else None,
+            "traffic_class": decision.traffic_class,
+            "rationale": decision.rationale,
+            "policy": decision.policy,
+            "policy_ref": decision.policy_ref,
+            "gate_settings": decision.gate_settings,
+            "gate": decision.gate,
+            "comparison_key": decision.comparison_key,
+            "checklist": decision.checklist,
+            "rollback": decision_rollback(decision=decision),
+            "supersedes_id": decision.supersedes_id,
+            "status": decision.status,
+            "created_by": decision.created_by.username,
+            "created_at": iso_utc(decision.created_at),
+            "submitted_at": iso_utc(decision.submitted_at),
+        },
+        "signoff": None,
+    }
+    signoff = getattr(decision, "signoff", None) if decision.pk else None
+    if signoff is not None:
+        out["signoff"] = {
+            "signer": signoff.signer.username,
+            "role": signoff.signer_role,
+            "verdict": signoff.verdict,
+            "comment": signoff.comment,
+            "conditions": signoff.conditions,
+            "override_reason": signoff.override_reason,
+            "signed_at": iso_utc(signoff.signed_at),
+        }
+    return archive.json_safe(out)
+
+
+def decision_rollback(*, decision: Decision) -> dict[str, Any]:
+    return {
+        "triggers": decision.rollback_triggers,
+        "revert_config": decision.rollback_revert_config,
+        "steps": decision.rollback_steps,
+        "owner": decision.rollback_owner,
+        "verification": decision.rollback_verification,
+    }
+
+
+def archive_verify() -> dict[str, Any]:
+    """Recompute the whole chain and compare each archived decision and sign-off with its bundle.
+    Returns :func:`archive.chain_verify`'s result plus ``count`` (records in the archive)."""
+    records = ArchiveRecord.objects.select_related(
+        "decision__candidate_arm__config", "decision__created_by", "decision__signoff__signer"
+    ).order_by("sequence")
+
+    def rows():
+        for rec in records.iterator(chunk_size=200):
+            yield {
+                "sequence": rec.sequence,
+                "decision_id": rec.decision_id,
+                "bundle": rec.bundle,
+                "bundle_sha256": rec.bundle_sha256,
+                "previous_sha256": rec.previous_sha256,
+                "record_sha256": rec.record_sha256,
+                "archived_at": iso_utc(rec.archived_at),
+                "live": decision_snapshot(decision=rec.decision),
+            }
+
+    result = archive.chain_verify(rows())
+    result["count"] = records.count()
+    return result
+
+
+def decision_bundle_text(*, decision: Decision) -> str:
+    """The evidence bundle: the archived canonical text once signed, else a provisional one
+    (marked ``"provisional": true``) built from the current rows."""
+    record = ArchiveRecord.objects.filter(decision=decision).first()
+    if record is not None:
+        return record.bundle
+    return archive.canonical_json(decision_bundle(decision=decision) | {"provisional": True})
+
+
+def decision_bundle(*, decision: Decision) -> dict[str, Any]:
+    """The evidence bundle as data: the decision and sign-off snapshot, the evidence (trace
+    sha256, config hashes, engine and library versions, hardware, runs), the gate with its
+    facts (headline metrics), the policy (inside the decision) and the audit trail so far."""
+    snapshot = decision_snapshot(decision=decision)
+    facts = (decision.gate or {}).get("facts") or {}
+    evidence = decision_evidence(
+        experiment=decision.experiment, candidate_arm=decision.candidate_arm, facts=facts
+    )
+    for key in ("facts", "stats_reported", "acceptance_by_task"):
+        evidence.pop(key, None)
+    events = [
+        {
+            "action": e.action,
+            "actor": e.actor.username,
+            "role": e.actor_role,
+            "at": iso_utc(e.at),
+            "details": e.details,
+        }
+        for e in decision_events(decision=decision)
+    ]
+    return archive.json_safe(
+        {"schema": archive.BUNDLE_SCHEMA, **snapshot, "evidence": evidence, "audit": events}
+    )

@@ -1,0 +1,359 @@
+"""Writes: draft, edit, submit, sign (and archive), record exports. Every state change writes an
+audit event with who and when.
+
+Errors: ``DecisionError`` (the request is invalid: a message a user can act on),
+``FrozenDecisionError`` (a signed decision cannot change), ``PermissionDenied`` (role).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import connection, transaction
+from django.utils import timezone
+
+from console.accounts import roles
+from console.accounts.services import user_role
+from console.decisions import archive, checklist, gate, selectors
+from console.decisions.models import ArchiveRecord, AuditEvent, Decision, FrozenDecisionError, SignOff
+from console.experiments.models import Arm, Experiment
+
+SIGN_VERDICTS = (Decision.Status.APPROVED, Decision.Status.REJECTED, Decision.Status.APPROVED_WITH_CONDITIONS)
+EDITABLE_FIELDS = (
+    "title",
+    "proposal",
+    "candidate_arm",
+    "traffic_class",
+    "rationale",
+    "policy",
+    "policy_ref",
+    "gate_settings",
+    "checklist_answers",
+    "rollback_triggers",
+    "rollback_revert_config",
+    "rollback_steps",
+    "rollback_owner",
+    "rollback_verification",
+)
+
+
+class DecisionError(ValueError):
+    """An invalid request about a decision; the message says what to fix."""
+
+
+def _audit(
+    *, decision: Decision, action: str, actor: Any, details: Mapping[str, Any] | None = None
+) -> AuditEvent:
+    return AuditEvent.objects.create(
+        decision=decision,
+        action=action,
+        actor=actor,
+        actor_role=user_role(actor) or "",
+        at=timezone.now(),
+        details=archive.json_safe(dict(details or {})),
+    )
+
+
+def _require(user: Any, perm: str) -> None:
+    if not user.has_perm(perm):
+        raise PermissionDenied(f"needs permission {perm}")
+
+
+def _validate_arm(experiment: Experiment, proposal: str, arm: Arm | None) -> None:
+    if arm is not None and arm.experiment_id != experiment.pk:
+        raise DecisionError("the candidate arm belongs to another experiment")
+    if arm is not None and arm.is_baseline:
+        raise DecisionError("the candidate cannot be the baseline arm")
+    if proposal in (Decision.Proposal.ENABLE, Decision.Proposal.ENABLE_FOR_SLICE) and arm is None:
+        raise DecisionError("a proposal to enable speculation names its candidate config")
+
+
+def default_rollback_triggers(*, facts: Mapping[str, Any], traffic_class: str) -> list[dict[str, Any]]:
+    """Triggers pre-filled from evidence: the promised class's p95 TPOT above the baseline's
+    (seconds, over 10 minutes) and any schema-validity regression (count, over 5 minutes)."""
+    triggers: list[dict[str, Any]] = []
+    tpot = [
+        r
+        for r in facts.get("comparisons") or []
+        if r.get("metric") == "tpot_s" and r.get("stat") == "p95" and r.get("traffic_class") == traffic_class
+    ]
+    if tpot and isinstance(tpot[0].get("base"), int | float):
+        triggers.append(
+            {
+                "metric": f"p95 TPOT ({traffic_class})",
+                "op": ">",
+                "threshold": round(float(tpot[0]["base"]), 6),
+                "unit": "s",
+                "window_min": 10,
+            }
+        )
+    triggers.append(
+        {"metric": "schema-validity regressions", "op": ">", "threshold": 0, "unit": "count", "window_min": 5}
+    )
+    return triggers
+
+
+def _recompute(decision: Decision, comparison: Mapping[str, Any] | None) -> None:
+    """Refresh the computed parts of a draft: the gate (facts from ``comparison`` when given,
+    else the stored facts, re-evaluated with the current settings) and the checklist."""
+    arm = decision.candidate_arm
+    label = arm.label if arm else None
+    if comparison is not None:
+        facts = gate.gate_facts_from_summary(
+            comparison, candidate_arm=label, traffic_class=decision.traffic_class
+        )
+        decision.comparison_key = str(comparison.get("key") or "")[:64]
+    else:
+        facts = (decision.gate or {}).get("facts") or {}
+        if facts.get("candidate_arm") != label:
+            facts = gate.gate_facts_from_summary(
+                None, candidate_arm=label, traffic_class=decision.traffic_class
+            )
+    result = gate.gate_evaluate(facts, decision.gate_settings, traffic_class=decision.traffic_class)
+    result["facts"] = facts
+    decision.gate = archive.json_safe(result)
+    evidence = selectors.decision_evidence(experiment=decision.experiment, candidate_arm=arm, facts=facts)
+    evidence["rollback"] = selectors.decision_rollback(decision=decision)
+    decision.checklist = checklist.checklist_merge(
+        checklist.checklist_prefill(evidence), decision.checklist_answers or {}
+    )
+
+
+@transaction.atomic
+def decision_create(
+    *,
+    experiment: Experiment,
+    author: Any,
+    title: str,
+    proposal: str,
+    candidate_arm: Arm | None,
+    traffic_class: str,
+    rationale: str = "",
+    policy: dict | None = None,
+    policy_ref: str = "",
+    gate_settings: dict | None = None,
+    supersedes: Decision | None = None,
+    comparison: Mapping[str, Any] | None = None,
+) -> Decision:
+    """Draft a decision from ``experiment``; the gate is computed from ``comparison`` (the
+    analysis summary; None = not measured yet) and the rollback plan pre-filled with the
+    baseline's config and triggers from the evidence."""
+    _require(author, roles.DRAFT_DECISION)
+    if proposal not in Decision.Proposal.values:
+        raise DecisionError(f"unknown proposal {proposal!r}")
+    _validate_arm(experiment, proposal, candidate_arm)
+    if supersedes is not None and not supersedes.is_signed:
+        raise DecisionError("only a signed decision can be superseded")
+    baseline = selectors.experiment_baseline_arm(experiment=experiment)
+    decision = Decision(
+        title=title.strip() or f"Decision on {experiment.name}",
+        experiment=experiment,
+        proposal=proposal,
+        candidate_arm=candidate_arm,
+        traffic_class=traffic_class,
+        rationale=rationale,
+        policy=policy,
+        policy_ref=policy_ref,
+        gate_settings=dict(gate_settings or {}),
+        supersedes=supersedes,
+        created_by=author,
+        rollback_revert_config=selectors.config_export(baseline.config) if baseline else {},
+        rollback_steps=(
+            "1. Switch the serving config back to the baseline (revert config below).\n"
+            "2. Roll the serving fleet.\n3. Watch the triggers' metrics for one window."
+        ),
+    )
+    _recompute(decision, comparison)
+    decision.rollback_triggers = default_rollback_triggers(
+        facts=decision.gate.get("facts") or {}, traffic_class=traffic_class
+    )
+    _recompute(decision, None)
+    decision.save()
+    _audit(
+        decision=decision,
+        action=AuditEvent.Action.CREATED,
+        actor=author,
+        details={"proposal": proposal, "supersedes": supersedes.pk if supersedes else None},
+    )
+    return decision
+
+
+@transaction.atomic
+def decision_update(
+    *, decision: Decision, actor: Any, changes: Mapping[str, Any], comparison: Mapping[str, Any] | None = None
+) -> Decision:
+    """Edit a draft (fields in ``EDITABLE_FIELDS``); recomputes the gate and checklist."""
+    _require(actor, roles.DRAFT_DECISION)
+    decision = Decision.objects.select_for_update().get(pk=decision.pk)
+    if decision.is_signed:
+        raise FrozenDecisionError(f"decision #{decision.pk} is signed and archived: it cannot be edited")
+    if decision.status != Decision.Status.DRAFT:
+        raise DecisionError(f"decision #{decision.pk} is {decision.status}: only a draft can be edited")
+    unknown = set(changes) - set(EDITABLE_FIELDS)
+    if unknown:
+        raise DecisionError(f"not editable: {', '.join(sorted(unknown))}")
+    changed = []
+    for field, value in changes.items():
+        if getattr(decision, field) != value:
+            setattr(decision, field, value)
+            changed.append(field)
+    _validate_arm(decision.experiment, decision.proposal, decision.candidate_arm)
+    _recompute(decision, comparison)
+    decision.save()
+    _audit(
+        decision=decision, action=AuditEvent.Action.EDITED, actor=actor, details={"fields": sorted(changed)}
+    )
+    return decision
+
+
+def decision_submit_problems(*, decision: Decision) -> list[str]:
+    """What stops ``decision`` from being submitted (empty when ready)."""
+    problems = []
+    if not decision.rationale.strip():
+        problems.append("write the rationale")
+    if decision.proposal == Decision.Proposal.ENABLE_FOR_SLICE and not (
+        decision.policy or decision.policy_ref
+    ):
+        problems.append("name the slice policy")
+    unanswered = checklist.checklist_unanswered(decision.checklist or [])
+    if unanswered:
+        problems.append("answer the checklist: " + ", ".join(unanswered))
+    missing = checklist.rollback_complete(selectors.decision_rollback(decision=decision))
+    if missing:
+        problems.append("complete the rollback plan: " + ", ".join(missing))
+    return problems
+
+
+@transaction.atomic
+def decision_submit(*, decision: Decision, actor: Any) -> Decision:
+    """draft -> submitted, once the rationale, checklist and rollback plan are complete."""
+    _require(actor, roles.DRAFT_DECISION)
+    decision = Decision.objects.select_for_update().get(pk=decision.pk)
+    if decision.status != Decision.Status.DRAFT:
+        raise DecisionError(f"decision #{decision.pk} is {decision.status}: only a draft can be submitted")
+    _recompute(decision, None)
+    problems = decision_submit_problems(decision=decision)
+    if problems:
+        raise DecisionError("; ".join(problems))
+    decision.status = Decision.Status.SUBMITTED
+    decision.submitted_at = timezone.now()
+    decision.save()
+    _audit(decision=decision, action=AuditEvent.Action.SUBMITTED, actor=actor)
+    return decision
+
+
+def override_required(*, decision: Decision, verdict: str) -> list[str]:
+    """Failing gate criteria that an approval of ``decision`` must override (none for a
+    rejection, or for keeping speculation off: the gate guards enabling it)."""
+    if verdict == Decision.Status.REJECTED or decision.proposal == Decision.Proposal.KEEP_OFF:
+        return []
+    return gate.gate_failing(decision.gate or {})
+
+
+@transaction.atomic
+def decision_sign(
+    *,
+    decision: Decision,
+    signer: Any,
+    verdict: str,
+    comment: str,
+    conditions: str = "",
+    override_reason: str = "",
+) -> Decision:
+    """Sign a submitted decision (approve, reject, approve with conditions), freeze it and
+    append it to the archive chain.
+
+    Only an approver may sign; not their own draft unless ``SPECREVIEW_APPROVER_MAY_SIGN_OWN``;
+    the comment is required, conditions too when approving with conditions, and an override
+    reason when approving with a failing gate criterion.
+    """
+    _require(signer, roles.SIGN_DECISION)
+    decision = Decision.objects.select_for_update().select_related("created_by").get(pk=decision.pk)
+    if decision.is_signed:
+        raise FrozenDecisionError(f"decision #{decision.pk} is already signed")
+    if decision.status != Decision.Status.SUBMITTED:
+        raise DecisionError(f"decision #{decision.pk} is {decision.status}: submit it before signing")
+    if decision.created_by_id == signer.pk and not settings.SPECREVIEW_APPROVER_MAY_SIGN_OWN:
+        raise PermissionDenied("an approver cannot sign a decision they drafted")
+    if verdict not in SIGN_VERDICTS:
+        raise DecisionError(f"verdict must be one of {', '.join(SIGN_VERDICTS)}")
+    if not comment.strip():
+        raise DecisionError("a sign-off needs a comment")
+    if verdict == Decision.Status.APPROVED_WITH_CONDITIONS and not conditions.strip():
+        raise DecisionError("approving with conditions needs the conditions")
+    failing = override_required(decision=decision, verdict=verdict)
+    if failing and not override_reason.strip():
+        raise DecisionError(
+            "the gate fails on " + ", ".join(failing) + ": approving needs an override reason"
+        )
+    now = timezone.now()
+    SignOff.objects.create(
+        decision=decision,
+        signer=signer,
+        signer_role=user_role(signer) or "",
+        verdict=verdict,
+        comment=comment.strip(),
+        conditions=conditions.strip(),
+        override_reason=override_reason.strip() if failing else "",
+        signed_at=now,
+    )
+    decision.status = verdict
+    decision.save()
+    _audit(
+        decision=decision,
+        action=AuditEvent.Action.SIGNED,
+        actor=signer,
+        details={"verdict": verdict, "overridden": failing},
+    )
+    decision = Decision.objects.select_related("candidate_arm__config", "created_by", "signoff__signer").get(
+        pk=decision.pk
+    )
+    record = _archive_append(decision=decision)
+    if decision.supersedes_id and verdict != Decision.Status.REJECTED:
+        _audit(
+            decision=decision.supersedes,  # type: ignore[arg-type]
+            action=AuditEvent.Action.SUPERSEDED,
+            actor=signer,
+            details={"by_decision": decision.pk, "by_record_sha256": record.record_sha256},
+        )
+    return decision
+
+
+def _archive_append(*, decision: Decision) -> ArchiveRecord:
+    """Freeze ``decision`` into the next archive record (the caller holds the transaction)."""
+    if connection.vendor == "postgresql":
+        # One writer at a time extends the chain (the unique constraints catch any race anyway).
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext('specreview.decisions.archive'))")
+    last = ArchiveRecord.objects.order_by("-sequence").first()
+    sequence = last.sequence + 1 if last else 1
+    previous = last.record_sha256 if last else archive.GENESIS
+    text = archive.canonical_json(selectors.decision_bundle(decision=decision))
+    bundle_sha = archive.sha256_text(text)
+    archived_at = timezone.now()
+    archived_iso = selectors.iso_utc(archived_at)
+    record = ArchiveRecord(
+        sequence=sequence,
+        decision=decision,
+        bundle=text,
+        bundle_sha256=bundle_sha,
+        previous_sha256=previous,
+        archived_at=archived_at,
+        record_sha256=archive.record_hash(
+            sequence=sequence,
+            decision_id=decision.pk,
+            bundle_sha256=bundle_sha,
+            previous_sha256=previous,
+            archived_at=archived_iso,
+        ),
+    )
+    record.save()
+    return record
+
+
+def decision_export_record(*, decision: Decision, actor: Any, fmt: str) -> AuditEvent:
+    """Record that ``actor`` exported ``decision`` as ``fmt`` (markdown, pdf, bundle)."""
+    return _audit(decision=decision, action=AuditEvent.Action.EXPORTED, actor=actor, details={"format": fmt})

@@ -1,0 +1,232 @@
+"""Pages: list, draft, edit, submit, sign, exports, archive. Views parse input and call services."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import NoReverseMatch, reverse
+from django.views.decorators.http import require_POST, require_safe
+
+from console.accounts import roles
+from console.accounts.access import capability_required
+from console.decisions import export, selectors, services
+from console.decisions.forms import ArchiveFilterForm, DecisionCreateForm, DecisionEditForm, SignOffForm
+from console.decisions.models import Decision, FrozenDecisionError
+from console.experiments.models import Experiment
+
+
+def comparison_url(experiment_id: int) -> str:
+    """The comparison page of an experiment (the JSON summary until the page exists)."""
+    for name in ("analysis:comparison", "experiments:comparison"):
+        try:
+            return reverse(name, args=[experiment_id])
+        except NoReverseMatch:
+            continue
+    return f"/api/experiments/{experiment_id}/comparison"
+
+
+def _decision(pk: int) -> Decision:
+    return get_object_or_404(
+        Decision.objects.select_related(
+            "experiment__trace", "candidate_arm__config", "created_by", "supersedes"
+        ),
+        pk=pk,
+    )
+
+
+@require_safe
+def decision_list(request: HttpRequest):
+    open_decisions = selectors.decisions_list().filter(
+        status__in=(Decision.Status.DRAFT, Decision.Status.SUBMITTED)
+    )
+    context = {
+        "open_decisions": open_decisions[:100],
+        "recent_signed": selectors.decisions_list(archived_only=True)[:10],
+        "experiments": Experiment.objects.order_by("-created_at")[:20],
+        "can_draft": request.user.has_perm(roles.DRAFT_DECISION),
+    }
+    return render(request, "decisions/list.html", context)
+
+
+@capability_required(roles.DRAFT_DECISION)
+def decision_new(request: HttpRequest):
+    if request.method == "POST":
+        form = DecisionCreateForm(request.POST)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                decision = services.decision_create(
+                    experiment=data["experiment"],
+                    author=request.user,
+                    title=data.get("title") or "",
+                    proposal=data["proposal"],
+                    candidate_arm=data.get("candidate_arm"),
+                    traffic_class=data["traffic_class"],
+                    rationale=data.get("rationale") or "",
+                    policy_ref=data.get("policy_ref") or "",
+                    supersedes=data.get("supersedes"),
+                    comparison=selectors.decision_comparison(experiment=data["experiment"]),
+                )
+            except services.DecisionError as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(request, "Draft created: the gate is computed from the comparison.")
+                return redirect("decisions:detail", pk=decision.pk)
+    else:
+        initial = {
+            k: request.GET[k] for k in ("experiment", "supersedes") if request.GET.get(k, "").isdigit()
+        }
+        form = DecisionCreateForm(initial=initial)
+    return render(request, "decisions/new.html", {"form": form})
+
+
+@require_safe
+def decision_detail(request: HttpRequest, pk: int):
+    decision = _decision(pk)
+    record = getattr(decision, "archive", None) if decision.is_signed else None
+    signoff = getattr(decision, "signoff", None) if decision.is_signed else None
+    can_sign = (
+        request.user.has_perm(roles.SIGN_DECISION)
+        and decision.status == Decision.Status.SUBMITTED
+        and (decision.created_by_id != request.user.pk or services.settings.SPECREVIEW_APPROVER_MAY_SIGN_OWN)
+    )
+    context = {
+        "decision": decision,
+        "gate": decision.gate or {},
+        "record": record,
+        "signoff": signoff,
+        "events": selectors.decision_events(decision=decision),
+        "superseded_by": selectors.decision_superseded_by(decision=decision),
+        "comparison_url": comparison_url(decision.experiment_id),
+        "can_edit": request.user.has_perm(roles.DRAFT_DECISION) and decision.status == Decision.Status.DRAFT,
+        "can_sign": can_sign,
+        "own_draft": decision.created_by_id == request.user.pk,
+        "override_needed": services.override_required(decision=decision, verdict=Decision.Status.APPROVED),
+        "submit_problems": services.decision_submit_problems(decision=decision)
+        if decision.status == Decision.Status.DRAFT
+        else [],
+        "sign_form": SignOffForm(),
+    }
+    return render(request, "decisions/detail.html", context)
+
+
+@capability_required(roles.DRAFT_DECISION)
+def decision_edit(request: HttpRequest, pk: int):
+    decision = _decision(pk)
+    if decision.status != Decision.Status.DRAFT:
+        messages.error(
+            request, f"Decision #{decision.pk} is {decision.get_status_display()}: it cannot be edited."
+        )
+        return (
+            redirect("decisions:detail", pk=decision.pk)
+            if request.method == "GET"
+            else _refuse_edit(decision)
+        )
+    if request.method == "POST":
+        form = DecisionEditForm(request.POST, decision=decision)
+        if form.is_valid():
+            try:
+                services.decision_update(
+                    decision=decision,
+                    actor=request.user,
+                    changes=form.changes(),
+                    comparison=selectors.decision_comparison(experiment=decision.experiment),
+                )
+            except services.DecisionError as exc:
+                form.add_error(None, str(exc))
+            except FrozenDecisionError as exc:
+                messages.error(request, str(exc))
+                return _refuse_edit(decision)
+            else:
+                messages.success(request, "Saved; gate and checklist recomputed.")
+                return redirect("decisions:detail", pk=decision.pk)
+    else:
+        form = DecisionEditForm(initial=DecisionEditForm.initial_for(decision), decision=decision)
+    return render(request, "decisions/edit.html", {"decision": decision, "form": form})
+
+
+def _refuse_edit(decision: Decision) -> HttpResponse:
+    return HttpResponse(
+        f"decision #{decision.pk} is {decision.status}: it cannot be edited",
+        status=409,
+        content_type="text/plain",
+    )
+
+
+@capability_required(roles.DRAFT_DECISION)
+@require_POST
+def decision_submit(request: HttpRequest, pk: int):
+    decision = _decision(pk)
+    try:
+        services.decision_submit(decision=decision, actor=request.user)
+    except services.DecisionError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, "Submitted for sign-off.")
+    return redirect("decisions:detail", pk=decision.pk)
+
+
+@capability_required(roles.SIGN_DECISION)
+@require_POST
+def decision_sign(request: HttpRequest, pk: int):
+    decision = _decision(pk)
+    form = SignOffForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "A sign-off needs a verdict and a comment.")
+        return redirect("decisions:detail", pk=decision.pk)
+    try:
+        services.decision_sign(decision=decision, signer=request.user, **form.cleaned_data)
+    except PermissionDenied:
+        raise
+    except (services.DecisionError, FrozenDecisionError) as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, "Signed and archived.")
+    return redirect("decisions:detail", pk=decision.pk)
+
+
+@require_safe
+def decision_export_markdown(request: HttpRequest, pk: int):
+    decision = _decision(pk)
+    body = export.decision_markdown(decision=decision)
+    services.decision_export_record(decision=decision, actor=request.user, fmt="markdown")
+    response = HttpResponse(body, content_type="text/markdown; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="decision-{decision.pk}.md"'
+    return response
+
+
+@require_safe
+def decision_export_pdf(request: HttpRequest, pk: int):
+    decision = _decision(pk)
+    body = export.decision_pdf(decision=decision)
+    services.decision_export_record(decision=decision, actor=request.user, fmt="pdf")
+    response = HttpResponse(body, content_type="application/pdf")
+    response["Content-Disposition"] = f'attachment; filename="decision-{decision.pk}.pdf"'
+    return response
+
+
+@require_safe
+def decision_bundle(request: HttpRequest, pk: int):
+    decision = _decision(pk)
+    body = selectors.decision_bundle_text(decision=decision)
+    services.decision_export_record(decision=decision, actor=request.user, fmt="bundle")
+    response = HttpResponse(body, content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="decision-{decision.pk}-bundle.json"'
+    return response
+
+
+@require_safe
+def archive_list(request: HttpRequest):
+    form = ArchiveFilterForm(request.GET or None)
+    filters = form.cleaned_data if form.is_valid() else {}
+    decisions = selectors.decisions_list(
+        model=filters.get("model") or None,
+        status=filters.get("status") or None,
+        date_from=filters.get("date_from"),
+        date_to=filters.get("date_to"),
+        archived_only=True,
+    ).select_related("archive")
+    context = {"form": form, "decisions": decisions[:500], "verification": selectors.archive_verify()}
+    return render(request, "decisions/archive.html", context)
