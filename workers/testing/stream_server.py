@@ -215,6 +215,8 @@ class StreamServer:
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
             return
+        except asyncio.CancelledError:
+            return  # the server is shutting down: nothing left to tell this client
         finally:
             writer.close()
 
@@ -675,14 +677,15 @@ def main(argv: list[str] | None = None) -> None:
 
     async def run() -> None:
         port = await server.listen(host=args.host, port=args.port)
-        print(f"LISTENING {port}", flush=True)
         assert server._server is not None
-        await server._server.serve_forever()
+        serving = asyncio.ensure_future(server._server.serve_forever())
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, serving.cancel)
+        print(f"LISTENING {port}", flush=True)
+        try:
+            await serving
+        except asyncio.CancelledError:
+            pass
 
-    def on_term(*_: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
     try:
         asyncio.run(run())
     except KeyboardInterrupt:

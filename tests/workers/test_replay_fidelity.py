@@ -1,0 +1,108 @@
+"""Replay fidelity: what the replay measures against what the server did, timed at the server.
+
+The scripted server runs in its own process and logs, on the shared perf_counter clock
+(CLOCK_MONOTONIC), when each request line arrived and when each chunk was written. The
+issue's bounds: TTFT and chunk gaps within 2 ms of that truth, send times within 2 ms of
+schedule at 200 requests/s. On a shared 2-core machine another process can take the CPU
+for a few milliseconds at any moment, so the 2 ms bound is asserted on the 95th
+percentile, a looser bound on the worst case, and the whole distribution is in the message.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.engines.base import EngineConfig, EngineRequest
+from workers.engines.openai_http import OpenAIEngine
+from workers.replay import RequestSpec, percentile, replay_run_sync
+from workers.testing.stream_server import Script, script_prompt, stream_server_spawn
+
+BOUND_S = 0.002
+WORST_S = 0.025
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = stream_server_spawn(script=Script(ttft_s=0.0, tokens=[1]), model="tiny")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def engine(server):
+    engine = OpenAIEngine()
+    engine.start(
+        EngineConfig(engine="openai", target_model="tiny", engine_args={"base_url": server.base_url})
+    )
+    yield engine
+    engine.stop()
+
+
+def _describe(errors: list[float]) -> str:
+    values = sorted(abs(e) for e in errors)
+    return (
+        f"n={len(values)} p50={percentile(values=values, q=50) * 1e3:.3f} ms "
+        f"p95={percentile(values=values, q=95) * 1e3:.3f} ms max={values[-1] * 1e3:.3f} ms"
+    )
+
+
+def _assert_within(errors: list[float], what: str) -> None:
+    values = sorted(abs(e) for e in errors)
+    assert percentile(values=values, q=95) <= BOUND_S, f"{what}: {_describe(errors)}"
+    assert values[-1] <= WORST_S, f"{what}: {_describe(errors)}"
+
+
+def test_it_measures_ttft_and_chunk_gaps_within_2ms_of_the_server(server, engine):
+    specs = []
+    for i in range(24):
+        ttft = 0.02 + 0.01 * (i % 5)
+        gaps = [0.004 + 0.003 * ((i + j) % 4) for j in range(5)]
+        tokens = [1 + (i + j) % 3 for j in range(6)]
+        prompt = script_prompt(ttft_s=ttft, gap_s=gaps, tokens=tokens)
+        specs.append(
+            RequestSpec(
+                request=EngineRequest(request_id=f"fid-{i}", max_tokens=32, prompt=prompt), arrival_s=0.05 * i
+            )
+        )
+    result = replay_run_sync(engine=engine, specs=specs)
+    truth = {r["request_id"]: r for r in server.requests() if (r["request_id"] or "").startswith("fid-")}
+    ttft_errors, gap_errors = [], []
+    for record in result.records:
+        served = truth[record.request_id]
+        assert record.status == "ok"
+        assert record.chunk_tokens == served["chunk_tokens"]
+        true_ttft = served["chunk_s"][0] - served["recv_s"]
+        scripted = 0.02 + 0.01 * (record.index % 5)
+        assert true_ttft >= scripted  # the server never emits early
+        measured_ttft = record.first_token_s - record.sent_s
+        ttft_errors.append(measured_ttft - true_ttft)
+        true_gaps = [b - a for a, b in zip(served["chunk_s"], served["chunk_s"][1:], strict=False)]
+        measured_gaps = [b - a for a, b in zip(record.chunk_times, record.chunk_times[1:], strict=False)]
+        gap_errors += [m - t for m, t in zip(measured_gaps, true_gaps, strict=True)]
+    # The client cannot see a token before the server wrote it.
+    assert min(ttft_errors) > 0, _describe(ttft_errors)
+    _assert_within(ttft_errors, "TTFT error")
+    _assert_within(gap_errors, "chunk gap error")
+
+
+def test_it_sends_within_2ms_of_schedule_at_200_requests_per_second(server, engine):
+    n, rate = 600, 200.0
+    specs = [
+        RequestSpec(
+            request=EngineRequest(request_id=f"sched-{i}", max_tokens=1, prompt="hi"), arrival_s=i / rate
+        )
+        for i in range(n)
+    ]
+    result = replay_run_sync(engine=engine, specs=specs, warmup=5)
+    received = {
+        r["request_id"]: r["recv_s"]
+        for r in server.requests()
+        if (r["request_id"] or "").startswith("sched-")
+    }
+    assert len(received) == n and not result.failed
+    lateness = [received[r.request_id] - (result.start_perf + r.scheduled_s) for r in result.records]
+    assert min(lateness) > 0, "the server saw a request before its scheduled time"
+    _assert_within(lateness, "send lateness at the server")
+    first, last = min(received.values()), max(received.values())
+    achieved = (n - 1) / (last - first)
+    assert achieved >= 0.99 * rate, f"achieved {achieved:.1f} requests/s"

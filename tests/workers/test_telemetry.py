@@ -1,0 +1,110 @@
+"""Telemetry: the CPU path for real; NVML through a fake module at its one seam."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from workers.telemetry import TelemetrySampler
+
+
+def test_it_sees_the_memory_of_a_child_process_and_counts_cpu_time():
+    sampler = TelemetrySampler(interval_s=0.1, nvml=None)
+    sampler.start()
+    baseline = sampler.summary()["peak_memory_bytes"]
+    # A child that holds 200 MB for a second, and a busy loop here for 0.5 s of CPU.
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; b = bytearray(200 * 2**20); b[::4096] = b'x' * len(b[::4096]); time.sleep(1.5)",
+        ]
+    )
+    busy_until = time.process_time() + 0.5
+    while time.process_time() < busy_until:
+        pass
+    child.wait(30)
+    time.sleep(0.2)
+    summary = sampler.stop()
+    assert summary["source"] == "psutil"
+    assert summary["peak_memory_bytes"] >= baseline + 180 * 2**20
+    assert summary["cpu_time_s"] >= 0.45
+    assert summary["gpu_peak_memory_bytes"] is None and summary["energy_j"] is None
+
+
+def test_it_samples_at_about_10_hz_and_downsamples_the_series():
+    sampler = TelemetrySampler(interval_s=0.1, max_points=5, nvml=None)
+    sampler.start()
+    time.sleep(2.0)
+    summary = sampler.stop()
+    # 20 intervals plus the first and last samples; a loaded machine may delay a few.
+    assert 15 <= summary["num_samples"] <= 23
+    assert len(summary["samples"]) <= 5
+    t, memory, util, power = summary["samples"][-1]
+    assert 1.0 <= t <= 2.2 and memory > 0 and util is None and power is None
+    assert summary["duration_s"] == pytest.approx(2.0, abs=0.3)
+
+
+class FakeNVML:
+    """Two GPUs whose readings follow a script: the shape of pynvml's API, nothing more."""
+
+    def __init__(self, *, energy_supported: bool = True):
+        self.tick = 0
+        self.energy_supported = energy_supported
+
+    def nvmlDeviceGetCount(self):  # noqa: N802 - pynvml's names
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, index):  # noqa: N802
+        return index
+
+    def nvmlDeviceGetMemoryInfo(self, handle):  # noqa: N802
+        self.tick += 1
+        used = (1 + handle) * 10**9 + (min(self.tick, 10) * 10**8 if handle == 0 else 0)
+        return SimpleNamespace(used=used, total=80 * 10**9)
+
+    def nvmlDeviceGetUtilizationRates(self, handle):  # noqa: N802
+        return SimpleNamespace(gpu=50 if handle == 0 else 70, memory=10)
+
+    def nvmlDeviceGetPowerUsage(self, handle):  # noqa: N802
+        return 100_000 if handle == 0 else 200_000  # milliwatts
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):  # noqa: N802
+        if not self.energy_supported:
+            raise RuntimeError("NVMLError_NotSupported")
+        return 1_000_000 * (1 + handle) + int(time.perf_counter() * 1e6) * (1 + handle)  # millijoules
+
+
+def test_it_reads_gpu_memory_power_energy_and_utilisation_through_nvml():
+    fake = FakeNVML()
+    sampler = TelemetrySampler(interval_s=0.05, nvml=fake)  # type: ignore[arg-type]
+    assert sampler.gpu
+    sampler.start()
+    time.sleep(0.6)
+    summary = sampler.stop()
+    assert summary["source"] == "nvml"
+    # GPU 0 climbs to 2.0 GB, GPU 1 stays at 2 GB: the peak of the sum is 4 GB.
+    assert summary["gpu_peak_memory_bytes"] == 4 * 10**9
+    assert summary["mean_util"] == pytest.approx(60.0)
+    assert summary["peak_power_w"] == pytest.approx(300.0)
+    # The fake counter grows by 1 mJ per microsecond per GPU weight (1 + 2 = 3 kJ/s).
+    assert summary["energy_j"] == pytest.approx(3000 * summary["duration_s"], rel=0.05)
+    assert summary["samples"][-1][1] == 4 * 10**9  # the series shows GPU memory on GPU hosts
+    assert summary["peak_memory_bytes"] > 0  # and the process RSS is still there
+
+
+def test_it_integrates_power_when_the_energy_counter_is_not_supported():
+    sampler = TelemetrySampler(interval_s=0.05, nvml=FakeNVML(energy_supported=False))  # type: ignore[arg-type]
+    sampler.start()
+    time.sleep(0.5)
+    summary = sampler.stop()
+    assert summary["energy_j"] == pytest.approx(300.0 * summary["duration_s"], rel=0.1)
+
+
+def test_it_refuses_to_stop_before_it_started():
+    with pytest.raises(RuntimeError, match="not started"):
+        TelemetrySampler(nvml=None).stop()
