@@ -124,3 +124,37 @@ def test_it_retries_a_run_lost_with_its_worker_and_replaces_its_results(celery_w
     rows = RequestResult.objects.filter(run=victim)
     assert rows.count() == 3
     assert sorted(rows.values_list("request_id", flat=True)) == ["r0", "r1", "r2"]
+
+
+def test_it_renders_the_comparison_of_an_experiment_run_by_the_real_worker(
+    celery_worker_proc, server, viewer_client
+):
+    prompts = [script_prompt(ttft_s=0.01, gap_s=0.01, tokens=6) for _ in range(8)]
+    experiment = _experiment(server, prompts=prompts, repeats=2, loads="1x,2x", name="cmp")
+    experiment_start(experiment=experiment)
+    wait_for(
+        lambda: Experiment.objects.get(pk=experiment.pk).status == "done", timeout=120, what="experiment done"
+    )
+    page = viewer_client.get(f"/analysis/experiments/{experiment.pk}/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    for section in (
+        "Headline",
+        "End-to-end latency CDF",
+        "TPOT p50 vs load",
+        "Acceptance rate by task",
+        "Acceptance over output position",
+        "Draft-length sweep",
+        "Peak memory per arm",
+        "Noise floor",
+        "Quality regressions",
+    ):
+        assert section in html, section
+    run = Run.objects.filter(experiment=experiment, status="done").first()
+    assert viewer_client.get(f"/analysis/runs/{run.pk}/").status_code == 200
+    csv_text = b"".join(
+        viewer_client.get(f"/analysis/experiments/{experiment.pk}/results.csv").streaming_content
+    )
+    assert csv_text.decode().count("\n") == 1 + 3 * 2 * 2 * 8
+    summary = viewer_client.get(f"/api/experiments/{experiment.pk}/comparison").json()
+    assert {row["arm"] for row in summary["headline"]} == {"baseline", "ngram k=2", "ngram k=4"}
