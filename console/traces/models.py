@@ -31,6 +31,13 @@ class Trace(models.Model):
         blank=True,
         help_text="prompt pool used to give a timing-only trace content; empty if real",
     )
+    import_key = models.CharField(
+        max_length=64,
+        db_index=True,
+        blank=True,
+        default="",
+        help_text="sha256 of the file's sha256 and the import options: the same upload twice is recognised",
+    )
     warnings = models.JSONField(default=list, blank=True)
     summary = models.JSONField(default=dict, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
@@ -68,6 +75,7 @@ class TraceRequest(models.Model):
         null=True, blank=True, help_text="tokens (or documented estimate)"
     )
     split = models.CharField(max_length=10, choices=[(s, s) for s in SPLITS])
+    source_index = models.PositiveIntegerField(default=0, help_text="0-based index in the source file")
 
     class Meta:
         ordering = ["trace", "position"]
