@@ -143,7 +143,7 @@ def checklist_prefill(evidence: Mapping[str, Any]) -> list[dict[str, Any]]:
             else "candidate differs from the baseline only in its speculative config",
         )
     else:
-        put("changes_alone", None, "no candidate config (keep off)", source="engineer")
+        put("changes_alone", YES, "no candidate config: the proposal changes nothing in serving")
 
     missing = rollback_complete(evidence.get("rollback") or {})
     put(

@@ -1,0 +1,229 @@
+"""Drafting, submitting and signing through the services: roles, required fields, overrides,
+freezing, superseding and the audit trail."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import PermissionDenied
+
+from console.decisions import services
+from console.decisions.models import AuditEvent, Decision, FrozenDecisionError
+from tests.decisions.conftest import draft_complete, draft_make, signed_make, submitted_make
+from tests.decisions.factories import summary_passing
+
+
+def actions(decision):
+    return list(decision.events.order_by("at", "id").values_list("action", "actor__username"))
+
+
+def test_it_drafts_with_a_computed_gate_a_prefilled_checklist_and_rollback(draft, experiment):
+    assert draft.status == "draft"
+    assert draft.gate["overall"] == "pass"
+    assert draft.gate["candidate_arm"] == "ngram"
+    items = {i["key"]: i for i in draft.checklist}
+    assert items["p95_p99"]["answer"] == "yes" and items["p95_p99"]["source"] == "evidence"
+    assert items["acceptance_by_prompt_type"]["answer"] == "yes"
+    assert items["changes_alone"]["answer"] == "yes"
+    assert items["production_traces"]["answer"] is None  # only the engineer knows
+    baseline = experiment.arms.get(is_baseline=True).config
+    assert draft.rollback_revert_config["content_hash"] == baseline.content_hash
+    tpot = [t for t in draft.rollback_triggers if t["metric"].startswith("p95 TPOT")]
+    assert tpot and tpot[0]["threshold"] == pytest.approx(0.05) and tpot[0]["window_min"] == 10
+    assert actions(draft) == [("created", "erin-engineer")]
+
+
+def test_it_refuses_a_draft_from_a_viewer(experiment, viewer):
+    with pytest.raises(PermissionDenied):
+        draft_make(experiment=experiment, author=viewer)
+    assert not Decision.objects.exists()
+
+
+def test_it_flags_a_candidate_that_also_changes_other_settings(db, engineer):
+    from tests.decisions.factories import experiment_make
+
+    exp = experiment_make(candidate_engine_args={"dtype": "bfloat16"})
+    decision = draft_make(experiment=exp, author=engineer)
+    item = {i["key"]: i for i in decision.checklist}["changes_alone"]
+    assert item["answer"] == "no" and "engine_args.dtype" in item["detail"]
+
+
+def test_it_refuses_to_submit_an_incomplete_draft(draft, engineer):
+    with pytest.raises(services.DecisionError) as err:
+        services.decision_submit(decision=draft, actor=engineer)
+    assert (
+        "rationale" in str(err.value) and "production_traces" in str(err.value) and "owner" in str(err.value)
+    )
+    draft.refresh_from_db()
+    assert draft.status == "draft"
+
+
+def test_it_submits_a_complete_draft_and_audits_each_step(submitted):
+    assert submitted.status == "submitted" and submitted.submitted_at
+    assert [a for a, _ in actions(submitted)] == ["created", "edited", "submitted"]
+    assert all(item["answer"] in ("yes", "no") for item in submitted.checklist)
+
+
+def test_it_refuses_sign_off_by_an_engineer(submitted, engineer):
+    with pytest.raises(PermissionDenied):
+        services.decision_sign(decision=submitted, signer=engineer, verdict="approved", comment="ok")
+    submitted.refresh_from_db()
+    assert submitted.status == "submitted"
+
+
+def test_it_refuses_an_approver_signing_their_own_draft(experiment, approver, second_approver):
+    decision = submitted_make(experiment=experiment, author=approver)
+    with pytest.raises(PermissionDenied):
+        services.decision_sign(decision=decision, signer=approver, verdict="approved", comment="mine")
+    signed = services.decision_sign(
+        decision=decision, signer=second_approver, verdict="approved", comment="ok"
+    )
+    assert signed.status == "approved"
+
+
+def test_it_lets_an_approver_sign_their_own_draft_when_configured(experiment, approver, settings):
+    settings.SPECREVIEW_APPROVER_MAY_SIGN_OWN = True
+    decision = submitted_make(experiment=experiment, author=approver)
+    signed = services.decision_sign(
+        decision=decision, signer=approver, verdict="approved", comment="allowed here"
+    )
+    assert signed.status == "approved"
+
+
+@pytest.mark.parametrize("verdict", ["approved", "rejected", "approved_with_conditions"])
+def test_it_requires_a_comment_to_sign(submitted, approver, verdict):
+    with pytest.raises(services.DecisionError, match="comment"):
+        services.decision_sign(
+            decision=submitted, signer=approver, verdict=verdict, comment="  ", conditions="x"
+        )
+
+
+def test_it_requires_conditions_to_approve_with_conditions(submitted, approver):
+    with pytest.raises(services.DecisionError, match="conditions"):
+        services.decision_sign(
+            decision=submitted, signer=approver, verdict="approved_with_conditions", comment="ok"
+        )
+    signed = services.decision_sign(
+        decision=submitted,
+        signer=approver,
+        verdict="approved_with_conditions",
+        comment="ok",
+        conditions="interactive only",
+    )
+    assert signed.signoff.conditions == "interactive only"
+
+
+def test_it_records_who_signed_with_role_and_time(signed, approver):
+    s = signed.signoff
+    assert (s.signer, s.signer_role, s.verdict, s.comment) == (approver, "approver", "approved", "go")
+    assert s.signed_at is not None
+    assert actions(signed)[-1] == ("signed", "alex-approver")
+
+
+def failing_summary():
+    s = summary_passing()
+    s["quality"]["regressions"] = [{"arm": "ngram", "task": "json", "check": "schema_valid"}]
+    return s
+
+
+def test_it_requires_an_override_reason_to_approve_over_a_failing_gate(experiment, engineer, approver):
+    decision = submitted_make(experiment=experiment, author=engineer, summary=failing_summary())
+    assert decision.gate["overall"] == "fail"
+    with pytest.raises(services.DecisionError, match="override"):
+        services.decision_sign(decision=decision, signer=approver, verdict="approved", comment="ship it")
+    signed = services.decision_sign(
+        decision=decision,
+        signer=approver,
+        verdict="approved",
+        comment="ship it",
+        override_reason="the schema regression is a known tokenizer issue fixed in the next build",
+    )
+    assert "tokenizer" in signed.signoff.override_reason
+    assert signed.events.get(action="signed").details["overridden"] == ["quality"]
+
+
+def test_it_rejects_over_a_failing_gate_without_an_override(experiment, engineer, approver):
+    decision = submitted_make(experiment=experiment, author=engineer, summary=failing_summary())
+    signed = services.decision_sign(
+        decision=decision, signer=approver, verdict="rejected", comment="fix json first"
+    )
+    assert signed.status == "rejected" and signed.signoff.override_reason == ""
+    assert hasattr(signed, "archive")
+
+
+def test_it_refuses_every_edit_of_a_signed_decision(signed, engineer, approver):
+    with pytest.raises(FrozenDecisionError):
+        services.decision_update(decision=signed, actor=engineer, changes={"rationale": "rewritten"})
+    with pytest.raises(FrozenDecisionError):
+        services.decision_sign(decision=signed, signer=approver, verdict="rejected", comment="again")
+    with pytest.raises(services.DecisionError):
+        services.decision_submit(decision=signed, actor=engineer)
+    fresh = Decision.objects.get(pk=signed.pk)
+    fresh.rationale = "rewritten"
+    with pytest.raises(FrozenDecisionError):
+        fresh.save()
+    with pytest.raises(FrozenDecisionError):
+        fresh.delete()
+    with pytest.raises(FrozenDecisionError):
+        signed.signoff.delete()
+    assert Decision.objects.get(pk=signed.pk).rationale.startswith("p95 TPOT")
+
+
+def test_it_refuses_edits_of_a_submitted_decision(submitted, engineer):
+    with pytest.raises(services.DecisionError, match="only a draft"):
+        services.decision_update(decision=submitted, actor=engineer, changes={"rationale": "changed"})
+
+
+def test_it_recomputes_the_gate_on_edit(draft, engineer):
+    updated = services.decision_update(
+        decision=draft, actor=engineer, changes={"gate_settings": {"memory_fraction": 0.2}}
+    )
+    by_key = {c["key"]: c["status"] for c in updated.gate["criteria"]}
+    assert by_key["memory_headroom"] == "fail"
+    assert updated.events.filter(action="edited").last().details == {"fields": ["gate_settings"]}
+
+
+def test_it_supersedes_a_signed_decision_and_links_both_ways(experiment, engineer, approver, second_approver):
+    first = signed_make(experiment=experiment, author=engineer, signer=approver)
+    rollback = draft_complete(
+        draft_make(
+            experiment=experiment, author=engineer, proposal="keep_off", title="Roll back", supersedes=first
+        ),
+        actor=engineer,
+    )
+    rollback = services.decision_submit(decision=rollback, actor=engineer)
+    signed = services.decision_sign(
+        decision=rollback, signer=second_approver, verdict="approved", comment="roll back"
+    )
+    from console.decisions.selectors import decision_superseded_by
+
+    assert signed.supersedes == first
+    assert decision_superseded_by(decision=first) == signed
+    event = first.events.get(action=AuditEvent.Action.SUPERSEDED)
+    assert event.details["by_decision"] == signed.pk and event.actor == second_approver
+    assert Decision.objects.get(pk=first.pk).status == "approved"  # the frozen row itself never changes
+
+
+def test_it_refuses_to_supersede_an_unsigned_decision(draft, experiment, engineer):
+    with pytest.raises(services.DecisionError, match="signed"):
+        draft_make(experiment=experiment, author=engineer, supersedes=draft)
+
+
+def test_it_needs_a_candidate_to_enable(experiment, engineer):
+    with pytest.raises(services.DecisionError, match="candidate"):
+        services.decision_create(
+            experiment=experiment,
+            author=engineer,
+            title="x",
+            proposal="enable",
+            candidate_arm=None,
+            traffic_class="interactive",
+        )
+    with pytest.raises(services.DecisionError, match="baseline"):
+        services.decision_create(
+            experiment=experiment,
+            author=engineer,
+            title="x",
+            proposal="enable",
+            candidate_arm=experiment.arms.get(is_baseline=True),
+            traffic_class="interactive",
+        )
