@@ -61,7 +61,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from console.analysis.slices import OUTPUT_POSITION_EDGES, bucket_assign
+from console.analysis.slices import OUTPUT_POSITION_EDGES, bucket_labels
 
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 STATS: tuple[str, ...] = tuple(f"p{p}" for p in PERCENTILES) + ("mean",)
@@ -105,8 +105,7 @@ def requests_derive(requests: pd.DataFrame, *, deadlines: Deadlines | None = Non
 
     Adds: ``completed`` (bool), ``failed`` (bool), ``output_tokens`` (tokens, 0 when failed),
     ``ttft_s``, ``ttft_from_send_s``, ``e2e_s``, ``tpot_s``, ``queue_s``, ``itl_chunk_mean_s``
-    (mean gap between visible chunks), ``itl_chunk_max_s`` (longest stall) in seconds, NaN where
-    undefined (see module docstring); ``n_chunks``; ``met_deadline`` (bool).
+    (mean gap between visible chunks) in seconds, NaN where undefined (see module docstring); ``n_chunks``; ``met_deadline`` (bool).
     """
     out = requests.copy()
     failed = _failed_mask(requests)
@@ -123,22 +122,13 @@ def requests_derive(requests: pd.DataFrame, *, deadlines: Deadlines | None = Non
         e2e = np.where(completed, finish - sched, np.nan)
         tpot = np.where(completed & (tokens >= 2), (e2e - ttft) / (tokens - 1), np.nan)
 
-    times, lens = _flatten(requests["chunk_times"], float)
-    starts = np.cumsum(lens) - lens
-    n_chunks = lens
-    has_gaps = completed & (lens >= 2)
-    last = np.full(len(lens), np.nan)
-    firstc = np.full(len(lens), np.nan)
-    nonempty = lens > 0
-    firstc[nonempty] = times[starts[nonempty]]
-    last[nonempty] = times[starts[nonempty] + lens[nonempty] - 1]
+    # First and last chunk per request: a per-row lookup, cheaper than flattening every chunk.
+    chunks = [x if isinstance(x, list | tuple | np.ndarray) else () for x in requests["chunk_times"]]
+    lens = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
+    firstc = np.array([x[0] if len(x) else np.nan for x in chunks], dtype=float)
+    last = np.array([x[-1] if len(x) else np.nan for x in chunks], dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
-        itl_mean = np.where(has_gaps, (last - firstc) / (lens - 1), np.nan)
-    gaps, gap_row, _ = _chunk_gaps(times, lens)
-    itl_max = np.full(len(lens), np.nan)
-    if gaps.size:
-        np.fmax.at(itl_max, gap_row, gaps)
-    itl_max[~has_gaps] = np.nan
+        itl_mean = np.where(completed & (lens >= 2), (last - firstc) / (lens - 1), np.nan)
 
     e2e_limit = _deadline_limits(requests["traffic_class"], deadlines, "e2e_s")
     ttft_limit = _deadline_limits(requests["traffic_class"], deadlines, "ttft_s")
@@ -154,25 +144,19 @@ def requests_derive(requests: pd.DataFrame, *, deadlines: Deadlines | None = Non
     out["tpot_s"] = tpot
     out["queue_s"] = requests["queue_s"].to_numpy(dtype=float)
     out["itl_chunk_mean_s"] = itl_mean
-    out["itl_chunk_max_s"] = itl_max
-    out["n_chunks"] = n_chunks
+    out["n_chunks"] = lens
     out["met_deadline"] = met
     return out
 
 
 def _chunk_gaps(times: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Gaps between consecutive chunks: (gap seconds, row index, position of the later chunk in
-    the flat array)."""
+    """Gaps between consecutive chunks of the same request: (gap seconds, row index, mask over
+    ``times[1:]`` selecting the later chunk of each gap)."""
     starts = np.cumsum(lens) - lens
-    keep = np.ones(times.size, dtype=bool)
-    keep[starts[lens > 0]] = False
-    prev = np.empty_like(times)
-    if times.size:
-        prev[1:] = times[:-1]
-        prev[0] = np.nan
-    idx = np.flatnonzero(keep)
-    rows = np.repeat(np.arange(lens.size), lens)[idx]
-    return times[idx] - prev[idx], rows, idx
+    keep = np.ones(max(times.size - 1, 0), dtype=bool)
+    keep[starts[(lens > 0) & (starts > 0)] - 1] = False
+    rows = np.repeat(np.arange(lens.size), np.maximum(lens - 1, 0))
+    return np.diff(times)[keep], rows, keep
 
 
 def gaps_flatten(requests: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -188,10 +172,11 @@ def gaps_flatten(requests: pd.DataFrame) -> dict[str, np.ndarray]:
         bad = requests["request_id"].to_numpy()[np.flatnonzero(lens != tlens)[:5]]
         raise ValueError(f"chunk_times and chunk_tokens differ in length for requests {list(bad)}")
     completed = requests["completed"].to_numpy(dtype=bool)
-    gaps, rows, idx = _chunk_gaps(times, lens)
+    gaps, rows, later = _chunk_gaps(times, lens)
+    later_tokens = ctoks[1:][later]
     keep = completed[rows]
-    gaps, rows, idx = gaps[keep], rows[keep], idx[keep]
-    per_chunk_tokens = np.maximum(ctoks[idx], 1)
+    gaps, rows = gaps[keep], rows[keep]
+    per_chunk_tokens = np.maximum(later_tokens[keep], 1)
     token_gaps = np.repeat(gaps / per_chunk_tokens, per_chunk_tokens)
     token_rows = np.repeat(rows, per_chunk_tokens)
     # The first chunk's extra tokens arrived together with the first token: gaps of 0.
@@ -218,11 +203,33 @@ def _quantiles(values: np.ndarray) -> dict[str, float]:
     return out
 
 
-def _group_codes(frame: pd.DataFrame, by: Sequence[str]) -> tuple[np.ndarray, pd.DataFrame]:
-    codes, uniques = pd.MultiIndex.from_frame(frame[list(by)].astype(object)).factorize()
-    keys = uniques.to_frame(index=False)
-    keys.columns = list(by)
-    return np.asarray(codes), keys
+def group_codes(frame: pd.DataFrame, by: Sequence[str]) -> tuple[np.ndarray, pd.DataFrame]:
+    """Dense group code per row of ``frame`` for the columns ``by`` and the groups' keys (one row
+    per code, sorted by the key values; missing values form their own group, last)."""
+    if not by:
+        return np.zeros(len(frame), dtype=np.int64), pd.DataFrame(index=[0])
+    combined = np.zeros(len(frame), dtype=np.int64)
+    uniques = []
+    for col in by:
+        codes, values = pd.factorize(frame[col], sort=True, use_na_sentinel=True)
+        codes = np.where(codes < 0, len(values), codes)
+        uniques.append(np.append(np.asarray(values, dtype=object), None))
+        combined = combined * (len(values) + 1) + codes
+    present, inverse = np.unique(combined, return_inverse=True)
+    keys = {}
+    rest = present
+    for col, values in zip(reversed(list(by)), reversed(uniques), strict=True):
+        keys[col] = values[rest % len(values)]
+        rest = rest // len(values)
+    return inverse.astype(np.int64), pd.DataFrame({c: keys[c] for c in by})
+
+
+def _group_order(codes: np.ndarray) -> np.ndarray | slice:
+    """Positions that sort ``codes`` (stable); a plain slice when they are already sorted."""
+    if codes.size == 0 or np.all(codes[1:] >= codes[:-1]):
+        return slice(None)
+    small = codes.astype(np.int16) if codes.max() < np.iinfo(np.int16).max else codes
+    return np.argsort(small, kind="stable")  # radix sort for 16-bit keys
 
 
 def metrics_aggregate(
@@ -242,10 +249,10 @@ def metrics_aggregate(
     ``itl_token_s_*`` too; ``completed_rps``, ``goodput_rps`` (requests/s),
     ``output_tokens_per_s`` (tokens/s), ``deadline_attainment`` (fraction).
     """
-    codes, keys = _group_codes(derived, by)
-    order = np.argsort(codes, kind="stable")
+    codes, keys = group_codes(derived, by)
+    order = _group_order(codes)
     bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
-    columns = {m: derived[m].to_numpy(dtype=float) for m in REQUEST_METRICS}
+    columns = {m: derived[m].to_numpy(dtype=float)[order] for m in REQUEST_METRICS}
     gap_sets: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     if gaps is not None:
         for name, vkey, rkey in (
@@ -253,12 +260,12 @@ def metrics_aggregate(
             ("itl_token_s", "token_gap_s", "token_row"),
         ):
             gcodes = codes[gaps[rkey]]
-            gorder = np.argsort(gcodes, kind="stable")
+            gorder = _group_order(gcodes)
             gbounds = np.searchsorted(gcodes[gorder], np.arange(len(keys) + 1))
             gap_sets[name] = (gaps[vkey][gorder], gbounds)
     rows = []
     for g in range(len(keys)):
-        sel = order[bounds[g] : bounds[g + 1]]
+        sel = slice(bounds[g], bounds[g + 1])
         row: dict[str, float] = {}
         for m, values in columns.items():
             for stat, v in _quantiles(values[sel]).items():
@@ -269,24 +276,21 @@ def metrics_aggregate(
         rows.append(row)
     out = pd.concat([keys, pd.DataFrame(rows, index=keys.index)], axis=1)
 
-    frame = derived[list(by) + ["run_id", "completed", "met_deadline", "output_tokens"]].copy()
-    frame["_g"] = codes
-    counts = frame.groupby("_g").agg(
-        n_requests=("completed", "size"),
-        n_completed=("completed", "sum"),
-        n_met_deadline=("met_deadline", "sum"),
-        output_tokens=("output_tokens", "sum"),
-        n_runs=("run_id", "nunique"),
-    )
-    wall = runs.set_index("run_id")["wall_s"].astype(float)
-    run_groups = frame[["_g", "run_id"]].drop_duplicates()
-    run_groups["wall_s"] = run_groups["run_id"].map(wall)
-    counts["wall_s"] = run_groups.groupby("_g")["wall_s"].sum(min_count=1)
-    counts = counts.reindex(np.arange(len(keys)))
-    for col in ("n_requests", "n_completed", "n_met_deadline", "output_tokens", "n_runs"):
-        out[col] = counts[col].to_numpy().astype(np.int64)
+    n_groups = len(keys)
+    out["n_requests"] = np.bincount(codes, minlength=n_groups).astype(np.int64)
+    for col, src in (
+        ("n_completed", "completed"),
+        ("n_met_deadline", "met_deadline"),
+        ("output_tokens", "output_tokens"),
+    ):
+        weights = derived[src].to_numpy(dtype=float)
+        out[col] = np.rint(np.bincount(codes, weights=weights, minlength=n_groups)).astype(np.int64)
+    run_groups = pd.DataFrame({"_g": codes, "run_id": derived["run_id"].to_numpy()}).drop_duplicates()
+    run_groups["wall_s"] = run_groups["run_id"].map(runs.set_index("run_id")["wall_s"].astype(float))
+    out["n_runs"] = np.bincount(run_groups["_g"].to_numpy(), minlength=n_groups).astype(np.int64)
+    wall = run_groups.groupby("_g")["wall_s"].sum(min_count=1).reindex(np.arange(n_groups))
     out["n_failed"] = out["n_requests"] - out["n_completed"]
-    out["wall_s"] = counts["wall_s"].to_numpy(dtype=float)
+    out["wall_s"] = wall.to_numpy(dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         out["completed_rps"] = out["n_completed"] / out["wall_s"]
         out["goodput_rps"] = out["n_met_deadline"] / out["wall_s"]
@@ -298,7 +302,8 @@ def metrics_aggregate(
 def steps_flatten(requests: pd.DataFrame) -> pd.DataFrame:
     """One row per verification step: ``row`` (positional row in ``requests``), ``step`` (0-based),
     ``drafted`` and ``accepted`` (tokens), ``output_position`` (answer tokens emitted before the
-    step, see module docstring) and ``position_bucket`` (label from ``OUTPUT_POSITION_EDGES``).
+    step, see module docstring) and ``position_bucket_idx`` (index into ``OUTPUT_POSITION_EDGES``;
+    labels from ``slices.bucket_labels``).
 
     Raises ValueError when a request's ``drafted`` and ``accepted`` lists differ in length or a
     step accepts more than it drafted.
@@ -332,37 +337,64 @@ def steps_flatten(requests: pd.DataFrame) -> pd.DataFrame:
             "drafted": drafted,
             "accepted": accepted,
             "output_position": position,
-            "position_bucket": bucket_assign(position, edges=OUTPUT_POSITION_EDGES),
+            "position_bucket_idx": np.clip(
+                np.searchsorted(np.asarray(OUTPUT_POSITION_EDGES), position, side="right") - 1, 0, None
+            ),
         }
     )
 
 
+def _compact(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(present codes sorted, dense code per element) for small non-negative codes, in O(n)."""
+    if codes.size == 0:
+        return np.zeros(0, dtype=np.int64), codes
+    counts = np.bincount(codes)
+    present = np.flatnonzero(counts)
+    lookup = np.zeros(counts.size, dtype=np.int64)
+    lookup[present] = np.arange(present.size)
+    return present, lookup[codes]
+
+
+def _step_groups(
+    steps: pd.DataFrame, keys: pd.DataFrame, by: Sequence[str]
+) -> tuple[np.ndarray, pd.DataFrame]:
+    """Group code per step and the groups' keys: request-level columns are factorized over the
+    (small) request frame and carried to the steps through ``steps.row``."""
+    request_by = [c for c in by if c != "position_bucket"]
+    req_codes, gkeys = group_codes(keys, request_by)
+    codes = req_codes[steps["row"].to_numpy()]
+    if "position_bucket" in by:
+        labels = np.array(bucket_labels(OUTPUT_POSITION_EDGES), dtype=object)
+        bucket = steps["position_bucket_idx"].to_numpy()
+        codes = codes * len(labels) + bucket
+        present, codes = _compact(codes)
+        gkeys = gkeys.iloc[present // len(labels)].reset_index(drop=True)
+        gkeys.insert(len(gkeys.columns), "position_bucket", labels[present % len(labels)])
+        gkeys["position_start"] = np.asarray(OUTPUT_POSITION_EDGES)[present % len(labels)]
+    else:
+        present, codes = _compact(codes)
+        gkeys = gkeys.iloc[present].reset_index(drop=True)
+    return codes.astype(np.int64), gkeys
+
+
 def acceptance_aggregate(steps: pd.DataFrame, keys: pd.DataFrame, *, by: Sequence[str]) -> pd.DataFrame:
     """Acceptance per group. ``keys`` is the per-request frame whose positional rows ``steps.row``
-    refers to; ``by`` may name its columns and ``position_bucket``.
+    refers to; ``by`` may name its columns and ``position_bucket`` (then ``position_start``, the
+    bucket's lower edge in tokens, is added for ordering). Groups without steps are absent.
 
     Columns: keys, ``steps`` (target passes), ``drafted`` and ``accepted`` (Σ tokens),
     ``acceptance_rate`` (Σaccepted / Σdrafted, NaN when nothing was drafted),
     ``accepted_per_pass`` (mean(accepted + 1), tokens per target pass).
     """
-    frame = _steps_with_keys(steps, keys, by)
-    out = (
-        frame.groupby(list(by), dropna=False, sort=True)
-        .agg(steps=("accepted", "size"), drafted=("drafted", "sum"), accepted=("accepted", "sum"))
-        .reset_index()
-    )
+    codes, out = _step_groups(steps, keys, by)
+    n = len(out)
+    out["steps"] = np.bincount(codes, minlength=n).astype(np.int64)
+    out["drafted"] = np.bincount(codes, weights=steps["drafted"].to_numpy(), minlength=n).astype(np.int64)
+    out["accepted"] = np.bincount(codes, weights=steps["accepted"].to_numpy(), minlength=n).astype(np.int64)
     with np.errstate(invalid="ignore", divide="ignore"):
         out["acceptance_rate"] = np.where(out["drafted"] > 0, out["accepted"] / out["drafted"], np.nan)
         out["accepted_per_pass"] = (out["accepted"] + out["steps"]) / out["steps"]
     return out
-
-
-def _steps_with_keys(steps: pd.DataFrame, keys: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
-    frame = steps[["row", "drafted", "accepted", "position_bucket"]].copy()
-    for col in by:
-        if col != "position_bucket":
-            frame[col] = keys[col].to_numpy()[frame["row"].to_numpy()]
-    return frame
 
 
 def acceptance_by_position(steps: pd.DataFrame, keys: pd.DataFrame, *, by: Sequence[str]) -> pd.DataFrame:
@@ -371,11 +403,10 @@ def acceptance_by_position(steps: pd.DataFrame, keys: pd.DataFrame, *, by: Seque
     Columns: keys, ``position`` (1-based), ``proposed`` (steps with k >= j), ``accepted`` (steps
     with a >= j), ``rate`` = accepted / proposed = P(position j accepted | proposed).
     """
-    frame = _steps_with_keys(steps, keys, by)
-    if frame.empty:
+    if steps.empty:
         return pd.DataFrame(columns=[*by, "position", "proposed", "accepted", "rate"])
-    codes, gkeys = _group_codes(frame, by)
-    kmax = int(frame["drafted"].max())
+    codes, gkeys = _step_groups(steps, keys, by)
+    kmax = int(steps["drafted"].max())
     n_groups = len(gkeys)
     width = kmax + 1
 
@@ -383,15 +414,15 @@ def acceptance_by_position(steps: pd.DataFrame, keys: pd.DataFrame, *, by: Seque
         hist = np.bincount(codes * width + values, minlength=n_groups * width).reshape(n_groups, width)
         return np.cumsum(hist[:, ::-1], axis=1)[:, ::-1]  # [g, j] = #(values >= j)
 
-    proposed = at_least(frame["drafted"].to_numpy())[:, 1:]
-    accepted = at_least(frame["accepted"].to_numpy())[:, 1:]
+    proposed = at_least(steps["drafted"].to_numpy())[:, 1:]
+    accepted = at_least(steps["accepted"].to_numpy())[:, 1:]
     out = gkeys.loc[gkeys.index.repeat(kmax)].reset_index(drop=True)
     out["position"] = np.tile(np.arange(1, kmax + 1), n_groups)
     out["proposed"] = proposed.ravel()
     out["accepted"] = accepted.ravel()
     out = out[out["proposed"] > 0].reset_index(drop=True)
     out["rate"] = out["accepted"] / out["proposed"]
-    return out.sort_values([*by, "position"]).reset_index(drop=True)
+    return out
 
 
 def run_costs(

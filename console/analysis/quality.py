@@ -76,8 +76,10 @@ def schema_validate(value: Any, schema: dict) -> tuple[bool, str | None]:
     """(valid, first error message) of ``value`` against a JSON Schema. Raises
     ``jsonschema.SchemaError`` when the schema itself is invalid."""
     validator = _validator(json.dumps(schema, sort_keys=True))
+    if validator.is_valid(value):
+        return True, None
     error = jsonschema.exceptions.best_match(validator.iter_errors(value))
-    return (error is None, None if error is None else error.message)
+    return False, None if error is None else error.message
 
 
 def response_format_check(text: str | None, response_format: dict | None) -> dict[str, Any]:
@@ -200,15 +202,24 @@ def quality_flags(requests: pd.DataFrame) -> pd.DataFrame:
     texts = requests["output_text"].to_numpy()
     formats = requests["response_format"].to_numpy() if "response_format" in requests else np.full(n, None)
     tools = requests["tools"].to_numpy() if "tools" in requests else np.full(n, None)
+    # Arms often return the same text for the same request: check each (text, format) once.
+    cache: dict[tuple[str, str], dict[str, Any]] = {}
     for i in np.flatnonzero([bool(f) for f in formats]):
-        res = response_format_check(texts[i], formats[i])
+        key = (str(texts[i]), json.dumps(formats[i], sort_keys=True, default=str))
+        if key not in cache:
+            cache[key] = response_format_check(texts[i], formats[i])
+        res = cache[key]
         if res["json_valid"] is not None and failed[i]:
             res = {"json_valid": False, "schema_valid": False, "reason": "request failed"}
         results["json_valid"][i] = res["json_valid"]
         results["schema_valid"][i] = res["schema_valid"]
         reasons[i] = res["reason"]
+    tool_cache: dict[tuple[str, str], dict[str, Any]] = {}
     for i in np.flatnonzero([isinstance(t, list | tuple | np.ndarray) and len(t) > 0 for t in tools]):
-        res = tool_call_check(texts[i], list(tools[i]))
+        key = (str(texts[i]), json.dumps(list(tools[i]), sort_keys=True, default=str))
+        if key not in tool_cache:
+            tool_cache[key] = tool_call_check(texts[i], list(tools[i]))
+        res = tool_cache[key]
         if res["tool_valid"] is not None and failed[i]:
             res = {"tool_valid": False, "reason": "request failed"}
         results["tool_valid"][i] = res["tool_valid"]
