@@ -59,15 +59,18 @@ def _first_item(file: IO[bytes]) -> tuple[Any, str]:
         for _, item in json_array(file, scratch):
             return item, "array"
         return None, "array"
+    # JSON Lines: a bad first line should not hide the format, so try the next few lines too.
+    for raw in head.splitlines()[:SNIFF_LINES]:
+        stripped = raw.strip().lstrip(b"\xef\xbb\xbf")
+        if not stripped.startswith(b"{"):
+            continue
+        try:
+            item = json.loads(stripped.decode("utf-8", errors="replace"))
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            return item, "json"
     if text.startswith(b"{"):
-        # A bad first line should not hide the format: try the next few lines too.
-        for raw in head.splitlines()[:SNIFF_LINES]:
-            try:
-                item = json.loads(raw.decode("utf-8", errors="replace").lstrip("\ufeff"))
-            except ValueError:
-                continue
-            if isinstance(item, dict):
-                return item, "json"
         return None, "json"
     first_line = text.split(b"\n", 1)[0].decode("utf-8", errors="replace").strip()
     return [c.strip() for c in next(csv.reader([first_line]))], "csv"

@@ -23,6 +23,8 @@ class NativeParser(Parser):
             return False
         if "arrival_s" in first:
             return True
+        if any(k in first for k in (*TIMESTAMP_KEYS, "model", "body", "custom_id")):
+            return False  # an OpenAI request log
         return "id" in first and ("prompt" in first or "messages" in first) and "max_tokens" in first
 
     def parse(self, file: IO[bytes], ctx: ParseContext) -> Iterator[Record]:
