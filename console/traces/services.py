@@ -211,6 +211,8 @@ def _borrowed_arrivals(source: str, *, max_bytes: int) -> tuple[list[float], str
             ctx = ParseContext(file=resolved.name, errors=errors)
             values = []
             for record in PARSERS[fmt]().parse(fh, ctx):
+                if record.output_tokens == 0:
+                    continue  # failed requests are skipped on import too
                 value = record.clock_s if record.clock_s is not None else record.data.get("arrival_s")
                 if isinstance(value, int | float) and math.isfinite(value):
                     values.append(float(value))
