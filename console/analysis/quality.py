@@ -293,12 +293,13 @@ def quality_rates(flags: pd.DataFrame, *, by: Sequence[str]) -> pd.DataFrame:
 
 
 def quality_regressions(flags: pd.DataFrame, *, baseline_arm: str) -> pd.DataFrame:
-    """Rows valid in the baseline and invalid in the paired candidate, one per (row, check).
+    """Candidate rows that fail a check their paired baseline row passed: one row per request.
 
     ``flags`` holds the input columns plus :func:`quality_flags`'s. Columns: ``arm``, ``load``,
-    ``request_id``, ``repeat``, ``task``, ``traffic_class``, ``check``, ``baseline_run_id``,
-    ``candidate_run_id``, ``baseline_result_id``/``candidate_result_id`` (when the input has
-    ``result_id``), ``reason`` (the candidate's).
+    ``request_id``, ``repeat``, ``task``, ``traffic_class``, ``checks`` (the regressed checks,
+    comma-separated, in ``CHECKS`` order), ``baseline_run_id``, ``candidate_run_id``,
+    ``baseline_result_id``/``candidate_result_id`` (when the input has ``result_id``), ``reason``
+    (the candidate's first failing check).
     """
     id_cols = ["run_id"] + (["result_id"] if "result_id" in flags else [])
     base = flags.loc[flags["arm"] == baseline_arm, [*PAIR_KEYS, *id_cols, *CHECKS]].drop_duplicates(
@@ -309,19 +310,13 @@ def quality_regressions(flags: pd.DataFrame, *, baseline_arm: str) -> pd.DataFra
         ["arm", *PAIR_KEYS, "task", "traffic_class", *id_cols, *CHECKS, "quality_reason"],
     ]
     merged = cand.merge(base, on=list(PAIR_KEYS), suffixes=("_cand", "_base"))
-    parts = []
-    for c in CHECKS:
-        hit = (merged[f"{c}_base"] == True) & (merged[f"{c}_cand"] == False)  # noqa: E712
-        part = merged.loc[hit.fillna(False).to_numpy(dtype=bool)].copy()
-        part["check"] = c
-        parts.append(part)
-    columns = ["arm", *PAIR_KEYS, "task", "traffic_class", "check", "baseline_run_id", "candidate_run_id"]
-    if "result_id" in flags:
-        columns += ["baseline_result_id", "candidate_result_id"]
-    columns.append("reason")
-    if not parts or all(p.empty for p in parts):
-        return pd.DataFrame(columns=columns)
-    out = pd.concat(parts, ignore_index=True)
+    hits = {
+        c: ((merged[f"{c}_base"] == True) & (merged[f"{c}_cand"] == False)).fillna(False).to_numpy(dtype=bool)  # noqa: E712
+        for c in CHECKS
+    }
+    any_hit = np.logical_or.reduce(list(hits.values())) if len(merged) else np.zeros(0, dtype=bool)
+    out = merged.loc[any_hit].copy()
+    out["checks"] = [",".join(c for c in CHECKS if hits[c][i]) for i in np.flatnonzero(any_hit)]
     out = out.rename(
         columns={
             "run_id_base": "baseline_run_id",
@@ -331,4 +326,8 @@ def quality_regressions(flags: pd.DataFrame, *, baseline_arm: str) -> pd.DataFra
             "quality_reason": "reason",
         }
     )
-    return out[columns].sort_values(["arm", "load", "check", "request_id", "repeat"]).reset_index(drop=True)
+    columns = ["arm", *PAIR_KEYS, "task", "traffic_class", "checks", "baseline_run_id", "candidate_run_id"]
+    if "result_id" in flags:
+        columns += ["baseline_result_id", "candidate_result_id"]
+    columns.append("reason")
+    return out[columns].sort_values(["arm", "load", "request_id", "repeat"]).reset_index(drop=True)

@@ -546,7 +546,7 @@ def comparison_compute(
       measured it), ``energy_cost_included``, ``cost_per_success_usd`` (+ ``_reason``, set when it
       is null), ``cost_per_million_output_tokens_usd`` (+ ``_reason``); quality rates
       (``json_valid_rate``, ``schema_valid_rate``, ``tool_valid_rate``, ``exact_match_rate``,
-      ``output_valid_rate`` with ``n_<check>``), ``n_regressions``; and ``deltas`` (candidates only):
+      ``output_valid_rate`` with ``n_<check>``), ``n_regressions`` (requests); and ``deltas`` (candidates only):
       list of ``{metric, stat, base, cand, delta, delta_lo, delta_hi, ratio, ratio_lo, ratio_hi,
       n_pairs, n_excluded, noise_floor, verdict}`` for ``HEADLINE_STATS``; ``verdict`` is
       "better", "worse", "not distinguishable" or "unknown".
@@ -562,9 +562,9 @@ def comparison_compute(
       (arm x load x draft position j: ``proposed``, ``accepted``, ``rate``),
       ``by_output_position`` (arm x load x ``position_bucket``), ``by_task_output_position``.
     - ``quality``: ``regressions`` (up to ``max_regressions`` rows: ``arm``, ``load``,
-      ``request_id``, ``repeat``, ``task``, ``traffic_class``, ``check``, ``baseline_run_id``,
+      ``request_id``, ``repeat``, ``task``, ``traffic_class``, ``checks``, ``baseline_run_id``,
       ``candidate_run_id``, [``baseline_result_id``, ``candidate_result_id``], ``reason``),
-      ``n_regressions`` (total), ``truncated`` (bool), ``divergence`` (arm x load:
+      ``n_regressions`` (total requests), ``truncated`` (bool), ``divergence`` (arm x load:
       ``n_compared``, ``n_diverged``, ``first_divergence_p50`` tokens).
     - ``noise_floor``: per load x metric x stat: ``n_repeat_pairs``, ``noise_floor``,
       ``noise_floor_rel``, ``max_abs_delta``, ``aa_pass``.
@@ -619,7 +619,7 @@ def comparison_compute(
     per_run = per_run.drop(columns=["wall_s"]).merge(
         costs.drop(columns=["arm", "load", "repeat"], errors="ignore"), on="run_id", how="left"
     )
-    per_run = _cost_columns(per_run.rename(columns={"cost_output_tokens": "cost_output_tokens"}))
+    per_run = _cost_columns(per_run).drop(columns=["cost_output_tokens"])
     run_keys = derived.drop_duplicates("run_id").set_index("run_id")[["arm", "load", "repeat"]]
     per_run = run_keys.reset_index().merge(per_run, on="run_id", how="right")
 
@@ -632,6 +632,7 @@ def comparison_compute(
         headline.merge(_cost_rows(cost_by_run, ["arm", "load"]), on=["arm", "load"], how="left")
     )
     headline["is_baseline"] = headline["arm"] == base_arm
+    headline = headline.drop(columns=["cost_output_tokens"])
 
     regressions = quality_regressions(derived, baseline_arm=base_arm)
     n_reg = regressions.groupby(["arm", "load"]).size().rename("n_regressions").reset_index()
