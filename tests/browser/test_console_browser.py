@@ -1,0 +1,70 @@
+"""The console in real Chromium (Debian's, driven by Playwright): log in, follow the nav, see
+the comparison charts draw."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+CHROMIUM = os.environ.get("SPECREVIEW_CHROMIUM", "/usr/bin/chromium")
+
+
+@pytest.fixture
+def page(live_server):
+    from playwright.sync_api import sync_playwright
+
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        page = browser.new_page(viewport={"width": 1366, "height": 900})
+        page.set_default_timeout(20000)
+        yield page
+        browser.close()
+
+
+def _login(page, live_server, user):
+    from tests.conftest import PASSWORD
+
+    page.goto(f"{live_server.url}/experiments/")
+    assert "/accounts/login/" in page.url
+    page.fill("input[name=username]", user.username)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/experiments/")
+
+
+def test_it_logs_in_and_draws_the_comparison_charts(page, live_server, viewer, tmp_path):
+    from console.analysis.synthetic import experiment_synthesize
+
+    experiment = experiment_synthesize(n_requests=60, repeats=2)
+    _login(page, live_server, viewer)
+    assert page.locator("text=New experiment").count() == 0  # a viewer is not offered mutations
+    page.click(f"text={experiment.name}")
+    page.click("text=Comparison")
+    page.wait_for_selector(".js-plotly-plot .main-svg")
+    assert page.locator(".js-plotly-plot").count() >= 8
+    assert page.locator('h2:has-text("Quality regressions")').count() == 1
+    page.screenshot(path=str(tmp_path / "comparison.png"), full_page=True)
+
+
+def test_it_refuses_the_new_experiment_form_to_a_viewer_but_shows_it_to_an_engineer(
+    page, live_server, engineer
+):
+    _login(page, live_server, engineer)
+    page.click("text=New experiment")
+    assert page.locator("textarea[name=candidates]").count() == 1
+    page.fill("input[name=name]", "")
+    page.click("button[type=submit]")
+    assert page.locator(".error").count() >= 1  # errors shown next to the fields
