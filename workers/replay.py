@@ -22,6 +22,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import gc
+import logging
 import math
 import threading
 import time
@@ -31,6 +32,8 @@ from typing import Any
 
 from workers.engines.base import Engine, EngineError, EngineRequest
 from workers.telemetry import TelemetrySampler
+
+logger = logging.getLogger(__name__)
 
 # Sleep until this long before a send time, then yield to the loop until it is reached: the
 # loop's timers wake up to ~1 ms late (epoll's timeout is in whole milliseconds).
@@ -191,7 +194,21 @@ async def _cancel_requested(cancel: CancelCheck | None) -> bool:
     if isinstance(cancel, asyncio.Event | threading.Event):
         return cancel.is_set()
     # A callable may touch the database: keep it off the event loop.
-    return bool(await asyncio.to_thread(cancel))
+    try:
+        return bool(await asyncio.to_thread(cancel))
+    except Exception:
+        # A database hiccup must not end a run that is otherwise fine: ask again next tick.
+        logger.exception("the cancel check failed; asking again in %s s", TICK_S)
+        return False
+
+
+async def _report(progress: ProgressCallback | None, done: int, total: int) -> None:
+    if progress is None:
+        return
+    try:
+        await asyncio.to_thread(progress, done, total)
+    except Exception:
+        logger.exception("the progress callback failed at %d/%d; the replay goes on", done, total)
 
 
 async def _consume(*, engine: Engine, request: EngineRequest, record: RequestRecord, start: float) -> None:
@@ -350,7 +367,7 @@ async def replay_run(
                 stop.set()
             if progress and time.perf_counter() - last_report >= 1.0:
                 last_report = time.perf_counter()
-                await asyncio.to_thread(progress, done, total)
+                await _report(progress, done, total)
 
     ticker = asyncio.create_task(tick())
     try:
@@ -371,8 +388,7 @@ async def replay_run(
     for record in records:
         if record.status == "pending":
             record.status = "not_sent"
-    if progress:
-        await asyncio.to_thread(progress, done, total)
+    await _report(progress, done, total)
     counters_after = engine.counters()
     return ReplayResult(
         records=records,

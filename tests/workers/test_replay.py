@@ -169,6 +169,15 @@ def test_it_reports_progress_from_a_thread_without_an_event_loop(server, engine)
     assert [c[1] for c in calls] == sorted(c[1] for c in calls)
 
 
+def test_it_goes_on_when_the_progress_callback_or_cancel_check_fails(server, engine):
+    def broken(*args):
+        raise ConnectionError("database went away")
+
+    specs = [_spec(f"broken-{i}", 0.3 * i) for i in range(5)]
+    result = replay_run_sync(engine=engine, specs=specs, progress=broken, cancel=broken)
+    assert [r.status for r in result.records] == ["ok"] * 5 and not result.cancelled
+
+
 def test_it_gives_rows_that_fit_the_request_result_model(server, engine):
     from console.analysis.models import RequestResult
 

@@ -24,7 +24,7 @@ What the server does not send, the engine cannot know:
 default: chat when the request has messages), ``timeout_s`` (longest silence while
 streaming, default 600), ``connect_timeout_s`` (default 10), ``metrics_url`` (default
 ``base_url`` without ``/v1`` plus ``/metrics``; ``""`` disables scraping),
-``max_connections`` (default 4096), ``return_token_ids`` (default true),
+``max_connections`` (default: no cap), ``return_token_ids`` (default true),
 ``continuous_usage_stats`` (default true), ``extra_body`` (merged into every request body),
 ``check_server`` (default true: ``start()`` lists the server's models).
 """
@@ -256,10 +256,10 @@ class OpenAIEngine:
         # runs its own loop, so the client is made per loop.
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:
-            limit = int(self._args().get("max_connections", 4096))
+            limit = self._args().get("max_connections")
             self._client = httpx.AsyncClient(
                 timeout=self._timeout(),
-                limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
+                limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit or 4096),
                 headers=self._headers(),
             )
             self._client_loop = loop

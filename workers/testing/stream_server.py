@@ -299,6 +299,7 @@ class StreamServer:
             "end_s": None,
             "status": 200,
             "authorization": headers.get("authorization"),
+            "peer_port": (writer.get_extra_info("peername") or (None, None))[1],
         }
         self.log.append(record)
         try:
