@@ -304,6 +304,11 @@ def gguf_convert(*, gguf: Path, dest: Path, source_sha256: str, source: str) -> 
         local_files_only=True,
         quantization_config=GgufConfig(gguf_file=str(gguf), dequantize=True),
     )
+    add_bos = _gguf_add_bos(gguf)
+    if add_bos and getattr(tokenizer, "add_bos_token", None) is False:
+        # transformers' GGUF tokenizer conversion drops tokenizer.ggml.add_bos_token (Gemma needs its
+        # <bos>, and llama.cpp adds it); restore what the file asks for.
+        tokenizer.add_bos_token = True
     quantizer = getattr(model, "hf_quantizer", None)
     if quantizer is not None:
         # The legacy GGUF path dequantizes too but leaves its quantizer attached, which blocks saving.
@@ -318,6 +323,7 @@ def gguf_convert(*, gguf: Path, dest: Path, source_sha256: str, source: str) -> 
         "source_gguf": gguf.name,
         "source_sha256": source_sha256,
         "architecture": type(model).__name__,
+        "add_bos_token": add_bos,
         "transformers": transformers.__version__,
         "torch": torch.__version__,
         "gguf_load_s": round(load_s, 2),
@@ -329,6 +335,16 @@ def gguf_convert(*, gguf: Path, dest: Path, source_sha256: str, source: str) -> 
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(tmp, dest)
     return marker
+
+
+def _gguf_add_bos(gguf: Path) -> bool | None:
+    """The GGUF's ``tokenizer.ggml.add_bos_token`` flag, or None when it does not say."""
+    from gguf import GGUFReader
+
+    field = GGUFReader(gguf).fields.get("tokenizer.ggml.add_bos_token")
+    if field is None:
+        return None
+    return bool(field.parts[field.data[0]][0])
 
 
 def _pip_install(specs: list[str]) -> None:

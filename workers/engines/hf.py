@@ -209,6 +209,8 @@ class HFEngine:
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self, config: EngineConfig) -> None:
+        plan = self.validate(config)  # before the heavy imports: a bad config fails in milliseconds
+
         import torch
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -217,7 +219,6 @@ class HFEngine:
 
         from .hf_seam import seam_check_version
 
-        plan = self.validate(config)
         if plan is not None:
             seam_check_version()
         args = config.engine_args or {}
