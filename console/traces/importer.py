@@ -1,6 +1,7 @@
 """The import pipeline without the database: parse, give arrivals and content, validate, normalise.
 
-``TraceBuilder.rows()`` streams one tuple per accepted request (``ROW_FIELDS`` order) while it
+``TraceBuilder.rows()`` streams, per accepted request, a tuple in ``ROW_FIELDS`` order and the JSON
+text of its JSON columns (``JSON_FIELDS`` order) while it
 collects errors, warnings and a summary; services.py writes the rows in one transaction. State kept
 per request is one id string (duplicate check); the file's content is never held in memory.
 """
@@ -43,7 +44,7 @@ ROW_FIELDS = (
     "split",
     "source_index",
 )
-JSON_FIELDS = frozenset({"messages", "response_format", "tools", "metadata"})
+JSON_FIELDS = ("messages", "response_format", "tools", "metadata")
 DEFAULT_PROMPT_ARRIVAL = "poisson:1"
 _MOD = 1 << 256
 
@@ -105,8 +106,8 @@ class Summary:
         }
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+_ENCODER = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+_canonical = _ENCODER.encode
 
 
 class TraceBuilder:
@@ -237,15 +238,10 @@ class TraceBuilder:
                 continue
             ids.add(request_id)
             if errors:
-                index += 1
                 continue  # keep validating to report every bad line, but build nothing more
             if clock_arrival is not None:
                 data["arrival_s"] = clock_arrival
             arrival = float(data["arrival_s"])
-            if arrival < last_arrival:
-                self.out_of_order += 1
-            else:
-                last_arrival = arrival
             prompt = data.get("prompt")
             messages = data.get("messages")
             metadata = data.get("metadata") or {}
@@ -258,6 +254,29 @@ class TraceBuilder:
                 trace_key=trace_key, request_id=request_id, holdout_fraction=opts.holdout_fraction
             )
             max_tokens = int(data["max_tokens"])
+            response_format = data.get("response_format")
+            tools = data.get("tools")
+            temperature, top_p, seed = data.get("temperature"), data.get("top_p"), data.get("seed")
+            # JSON columns serialised once, canonically: for COPY and for the content hash
+            texts = (
+                None if messages is None else _canonical(messages),
+                None if response_format is None else _canonical(response_format),
+                None if tools is None else _canonical(tools),
+                _canonical(metadata),
+            )
+            key = "\x1f".join(
+                (request_id, repr(arrival), prompt or "", *(t or "" for t in texts), str(max_tokens))
+                + (repr(temperature), repr(top_p), repr(seed), task, traffic, str(tokens))
+            )
+            if "\x00" in key or "\\u0000" in key:
+                errors.add(line, None, "contains a NUL character (\\u0000), which cannot be stored")
+                continue
+            digest = hashlib.sha256(key.encode()).digest()
+            self.content_hash = (self.content_hash + int.from_bytes(digest, "big")) % _MOD
+            if arrival < last_arrival:
+                self.out_of_order += 1
+            else:
+                last_arrival = arrival
             row = (
                 index,
                 request_id,
@@ -265,26 +284,24 @@ class TraceBuilder:
                 prompt,
                 messages,
                 max_tokens,
-                data.get("temperature"),
-                data.get("top_p"),
-                data.get("seed"),
+                temperature,
+                top_p,
+                seed,
                 task,
                 traffic,
-                data.get("response_format"),
-                data.get("tools"),
+                response_format,
+                tools,
                 metadata,
                 tokens,
                 split,
                 index,
             )
-            digest = hashlib.sha256(_canonical(row[1:15]).encode()).digest()
-            self.content_hash = (self.content_hash + int.from_bytes(digest, "big")) % _MOD
             summary.count += 1
             summary.tasks[task] += 1
             summary.classes[traffic] += 1
             summary.splits[split] += 1
-            summary.with_tools += bool(row[12])
-            summary.with_schema += bool(row[11] and row[11].get("type") == "json_schema")
+            summary.with_tools += bool(tools)
+            summary.with_schema += bool(response_format and response_format.get("type") == "json_schema")
             summary.chat += messages is not None
             summary.prompt_tokens_sum += tokens
             summary.prompt_tokens_max = max(summary.prompt_tokens_max, tokens)
@@ -293,7 +310,7 @@ class TraceBuilder:
             summary.arrival_min = min(summary.arrival_min, arrival)
             summary.arrival_max = max(summary.arrival_max, arrival)
             index += 1
-            yield row
+            yield row, texts
         self._finish()
 
     def _finish(self) -> None:

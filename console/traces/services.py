@@ -186,7 +186,7 @@ def prompt_pool_load(
                 tools=row[12],
                 response_format=row[11],
             )
-            for row in builder.rows()
+            for row, _ in builder.rows()
         ]
         builder.errors.raise_if_any()
     shown = path.name if path.parent.name in ("", ".") else f"{path.parent.name}/{path.name}"
@@ -238,13 +238,12 @@ class _CopyWriter:
         sql = f"COPY {connection.ops.quote_name(meta.db_table)} ({', '.join(columns)}) FROM STDIN"
         self.copy = stack.enter_context(cursor.copy(sql))
         self.trace_id = trace.pk
-        self.json_positions = [i for i, f in enumerate(ROW_FIELDS) if f in JSON_FIELDS]
+        self.json_positions = [ROW_FIELDS.index(f) for f in JSON_FIELDS]
 
-    def add(self, row: tuple) -> None:
+    def add(self, row: tuple, texts: tuple) -> None:
         values = list(row)
-        for i in self.json_positions:
-            if values[i] is not None:
-                values[i] = json.dumps(values[i], ensure_ascii=False)
+        for i, text in zip(self.json_positions, texts, strict=True):
+            values[i] = text
         self.copy.write_row([self.trace_id, *values])
 
     def close(self) -> None:
@@ -258,7 +257,7 @@ class _BulkWriter:
         self.trace = trace
         self.batch: list[TraceRequest] = []
 
-    def add(self, row: tuple) -> None:
+    def add(self, row: tuple, texts: tuple) -> None:
         self.batch.append(TraceRequest(trace=self.trace, **dict(zip(ROW_FIELDS, row, strict=True))))
         if len(self.batch) >= BATCH_SIZE:
             self.close()
@@ -273,8 +272,8 @@ def _write(trace: Trace, rows: Iterable[tuple]) -> None:
     with ExitStack() as stack:
         writer: _CopyWriter | _BulkWriter
         writer = _CopyWriter(trace, stack) if connection.vendor == "postgresql" else _BulkWriter(trace)
-        for row in rows:
-            writer.add(row)
+        for row, texts in rows:
+            writer.add(row, texts)
         writer.close()
 
 

@@ -22,8 +22,12 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not valid JSON (numbers must be finite)")
 
 
+# one decoder for the process: json.loads(..., parse_constant=...) would build a new one per line
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def _loads(text: str) -> Any:
-    return json.loads(text, parse_constant=_reject_constant)
+    return _DECODER.decode(text)
 
 
 def json_error_message(exc: ValueError) -> str:
