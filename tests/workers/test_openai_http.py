@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 
 import pytest
 
@@ -265,3 +266,16 @@ def test_it_reuses_kept_alive_connections(server):
     asyncio.run(sequential())
     ports = {r["peer_port"] for r in server.requests() if (r["request_id"] or "").startswith("ka-")}
     assert len(ports) == 1
+
+
+@pytest.mark.parametrize("transport", ["native", "httpx"])
+def test_it_gives_up_on_a_server_that_stays_silent_past_the_timeout(server, transport):
+    engine = _engine(server, timeout_s=0.3, transport=transport)
+    began = time.perf_counter()
+    with pytest.raises(EngineError) as err:
+        _run(
+            engine,
+            EngineRequest(request_id=f"slow-{transport}", max_tokens=2, prompt=script_prompt(ttft_s=3.0)),
+        )
+    assert err.value.transient and ("0.3 s" in str(err.value) or "timed out" in str(err.value))
+    assert time.perf_counter() - began < 2.0

@@ -90,8 +90,9 @@ def test_it_queues_beyond_the_concurrency_cap_and_records_the_wait(server, engin
     for got, expected in zip(queues, [0, 0, 0.2, 0.2, 0.4, 0.4], strict=True):
         assert expected <= got < expected + 0.05, queues
     for record in result.records:
-        assert record.sent_s - record.scheduled_s == pytest.approx(record.queue_s, abs=0.005)
-        assert record.send_lateness_s < 0.005
+        # Sent = scheduled + queued, give or take a loaded machine's scheduling delay.
+        assert record.sent_s - record.scheduled_s == pytest.approx(record.queue_s, abs=0.02)
+        assert record.send_lateness_s < 0.02
     spans = [(r["recv_s"], r["end_s"]) for r in _log_by_id(server, "cap-").values()]
     most_at_once = max(sum(start <= t < end for start, end in spans) for t, _ in spans)
     assert most_at_once == 2
