@@ -105,7 +105,7 @@ def decision_markdown(*, decision: Decision) -> str:
     out += [f"## Release gate: {str(gate.get('overall', 'not computed')).upper()}", ""]
     out += ["| Criterion | Result | Numbers |", "|---|---|---|"]
     for c in gate.get("criteria") or []:
-        nums = "; ".join(f"{n['label']}: {_fmt(n['value'], n.get('unit', ''))}" for n in c["numbers"][:6])
+        nums = "; ".join(f"{n['label']}: {_fmt(n['value'], n.get('unit', ''))}" for n in c["numbers"][:12])
         out.append(
             f"| {_md_cell(c['title'])} | **{STATUS_LABEL.get(c['status'], c['status'])}** {_md_cell(c['summary'])} | {_md_cell(nums)} |"
         )
@@ -189,17 +189,20 @@ def decision_pdf(*, decision: Decision) -> bytes:
     small = styles["BodyText"].clone("small", fontSize=8, leading=10)
     P = lambda text, style=small: Paragraph(escape(str(text)).replace("\n", "<br/>"), style)  # noqa: E731
 
-    def table(rows: list[list[Any]], widths: list[float], status_col: int | None = None) -> Table:
+    def table(
+        rows: list[list[Any]], widths: list[float], status_col: int | None = None, header: bool = True
+    ) -> Table:
         t = Table(
             [[P(c) if not isinstance(c, Paragraph) else c for c in r] for r in rows],
             colWidths=widths,
-            repeatRows=1,
+            repeatRows=1 if header else 0,
         )
         style = [
-            ("BACKGROUND", (0, 0), (-1, 0), colors.HexColor("#e4e7ec")),
             ("GRID", (0, 0), (-1, -1), 0.4, colors.HexColor("#98a2b3")),
             ("VALIGN", (0, 0), (-1, -1), "TOP"),
         ]
+        if header:
+            style.append(("BACKGROUND", (0, 0), (-1, 0), colors.HexColor("#e4e7ec")))
         if status_col is not None:
             for i, r in enumerate(rows[1:], start=1):
                 text = str(r[status_col])
@@ -232,14 +235,14 @@ def decision_pdf(*, decision: Decision) -> bytes:
         facts.append(["Supersedes", f"decision #{d['supersedes_id']}"])
     if doc["superseded_by"]:
         facts.append(["Superseded by", f"decision #{doc['superseded_by']}"])
-    story += [table([["", ""], *facts], [35 * mm, 140 * mm]), Spacer(1, 4 * mm)]
+    story += [table(facts, [35 * mm, 140 * mm], header=False), Spacer(1, 4 * mm)]
     story += [Paragraph("Rationale", styles["Heading2"]), P(d["rationale"] or "none", styles["BodyText"])]
     story.append(
         Paragraph(f"Release gate: {str(gate.get('overall', 'not computed')).upper()}", styles["Heading2"])
     )
     rows: list[list[Any]] = [["Criterion", "Result", "Numbers"]]
     for c in gate.get("criteria") or []:
-        nums = "\n".join(f"{n['label']}: {_fmt(n['value'], n.get('unit', ''))}" for n in c["numbers"][:6])
+        nums = "\n".join(f"{n['label']}: {_fmt(n['value'], n.get('unit', ''))}" for n in c["numbers"][:12])
         rows.append(
             [c["title"], f"{STATUS_LABEL.get(c['status'], c['status'])}\n{c['summary']}", nums or "-"]
         )

@@ -55,6 +55,8 @@ CRITERIA: tuple[tuple[str, str], ...] = (
 
 HIGHER_IS_BETTER = frozenset(
     {
+        "success",
+        "met_deadline",
         "goodput_rps",
         "successes_per_accelerator_hour",
         "completed_rps",
@@ -67,7 +69,7 @@ VALIDITY_CHECKS: tuple[str, ...] = ("json_valid", "schema_valid", "tool_valid")
 
 DEFAULT_SETTINGS: dict[str, Any] = {
     "improvement_metric": "successes_per_accelerator_hour",
-    "improvement_fallback_metric": "goodput_rps",
+    "improvement_fallback_metric": "success",
     "load_weights": {},
     "loads_in_scope": [],
     "latency_metrics": ["tpot_s", "e2e_s"],
@@ -79,7 +81,8 @@ DEFAULT_SETTINGS: dict[str, Any] = {
         "tpot_s:p95",
         "e2e_s:p95",
         "ttft_s:p95",
-        "goodput_rps:mean",
+        "success:mean",
+        "met_deadline:mean",
         "successes_per_accelerator_hour:mean",
     ],
 }
@@ -101,35 +104,57 @@ def gate_settings_resolve(settings: Mapping[str, Any] | None) -> dict[str, Any]:
 # ---------------------------------------------------------------- the one adapter over the summary
 
 
-def gate_facts_from_summary(
-    summary: Mapping[str, Any] | None, *, candidate_arm: str | None, traffic_class: str
-) -> dict[str, Any]:
-    """Facts for the candidate ``candidate_arm`` from a ``console.analysis`` comparison summary.
+SLICE_METRICS: tuple[str, ...] = ("tpot_s", "e2e_s", "ttft_s", "success")
+SLICE_STATS: tuple[str, ...] = ("mean", "p50", "p95", "p99")
 
-    Reads ``baseline_arm``, ``loads``, ``comparisons`` (or ``headline``) rows with ``arm``,
-    ``load``, optional ``traffic_class``, ``metric``, ``stat`` and the interval columns;
-    ``noise_floor`` rows (``load``, ``metric``, ``stat``, ``noise_floor``) when a row lacks its
-    own; ``quality.rates`` (``arm``, ``task``, ``n_requests``) and ``quality.regressions``
-    (``arm``, ``task``, ``check``); ``quality.exact_expected``; ``resources`` rows (``arm``,
-    ``peak_memory_bytes``, optional ``capacity_bytes``). Anything absent becomes "not measured".
+
+def gate_facts_from_summary(
+    summary: Mapping[str, Any] | None,
+    *,
+    candidate_arm: str | None,
+    traffic_class: str,
+    exact_expected: bool = False,
+    capacity_bytes: float | None = None,
+) -> dict[str, Any]:
+    """Facts for candidate ``candidate_arm`` from a ``console.analysis`` comparison summary
+    (``comparison_compute``, schema version 1). The one function that knows that schema.
+
+    - overall rows: ``headline[arm, load].deltas`` (paired, bootstrap intervals, noise floor);
+    - ``successes_per_accelerator_hour`` per load from the ``runs`` rows (successes /
+      accelerator_hours per run; Welch t interval on the difference of the per-run means when
+      both arms have at least two runs; the ratio interval divides it by the baseline mean);
+    - promised-class rows: the ``slices`` rows with ``dimension == "traffic_class"``:
+      ``<metric>_<stat>_delta`` (and ``_lo``/``_hi`` where the summary has intervals), with the
+      all-request noise floor of that load; where the class holds every request at a load, the
+      headline rows stand for it (they carry p95 intervals);
+    - quality: request counts per task from the ``task`` slices, regressions per task and check
+      from ``quality.regressions`` (``checks`` is a comma-separated list); exact-output
+      differences per task (``n_exact_match`` x (1 - ``exact_match_rate``)) when
+      ``exact_expected``;
+    - memory: ``peak_memory_bytes`` of the headline (max over loads), ``capacity_bytes`` given.
     """
     summary = summary or {}
     baseline = summary.get("baseline_arm")
+    headline = [h for h in summary.get("headline") or [] if isinstance(h, Mapping)]
+    loads = list(summary.get("load_order") or [])
+    for h in headline:
+        if h.get("load") not in loads:
+            loads.append(h.get("load"))
+    stats: set[str] = set()
+    for h in headline:
+        stats |= {str(d.get("stat")) for d in h.get("deltas") or []}
+        stats |= {k.rsplit("_", 1)[1] for k in h if k.startswith(("e2e_s_p", "tpot_s_p", "ttft_s_p"))}
+    acceptance = summary.get("acceptance") or {}
     facts: dict[str, Any] = {
         "baseline_arm": baseline,
         "candidate_arm": candidate_arm,
-        "loads": list(summary.get("loads") or []),
+        "loads": loads,
         "comparisons": [],
         "quality": None,
         "memory": None,
-        "stats_reported": sorted(
-            {
-                str(r["stat"])
-                for r in summary.get("comparisons") or summary.get("headline") or []
-                if r.get("stat")
-            }
-        ),
-        "acceptance_by_task": bool(summary.get("acceptance") or summary.get("acceptance_by_task")),
+        "stats_reported": sorted(stats),
+        "acceptance_by_task": bool(acceptance.get("by_task")) if isinstance(acceptance, Mapping) else False,
+        "notes": [],
     }
     if not candidate_arm:
         return facts
@@ -137,62 +162,191 @@ def gate_facts_from_summary(
         (r.get("load"), r.get("metric"), r.get("stat")): r.get("noise_floor")
         for r in summary.get("noise_floor") or []
     }
-    rows = list(summary.get("comparisons") or summary.get("headline") or [])
-    for r in rows:
-        if r.get("arm") != candidate_arm:
+    comparisons: list[dict[str, Any]] = facts["comparisons"]
+    n_by_load: dict[str, int] = {}
+    for h in headline:
+        if h.get("arm") != candidate_arm:
             continue
-        row = {
-            k: r.get(k)
-            for k in ("load", "metric", "stat", "base", "cand", "delta", "delta_lo", "delta_hi")
-            + ("ratio", "ratio_lo", "ratio_hi")
-        }
-        row["traffic_class"] = r.get("traffic_class")
-        floor = r.get("noise_floor", floors.get((r.get("load"), r.get("metric"), r.get("stat"))))
-        row["noise_floor"] = floor
-        facts["comparisons"].append(row)
-        if row["load"] not in facts["loads"]:
-            facts["loads"].append(row["load"])
-    quality = summary.get("quality")
-    if isinstance(quality, Mapping) and quality.get("rates"):
-        slices: dict[str, dict[str, Any]] = {}
-        for r in quality["rates"]:
-            if r.get("arm") != candidate_arm:
-                continue
-            s = slices.setdefault(
-                str(r.get("task")), {"slice": str(r.get("task")), "n": 0, "regressions": {}}
-            )
-            s["n"] += int(r.get("n_requests") or 0)
-        for r in quality.get("regressions") or []:
-            if r.get("arm") != candidate_arm:
-                continue
-            s = slices.setdefault(
-                str(r.get("task")), {"slice": str(r.get("task")), "n": 0, "regressions": {}}
-            )
-            check = str(r.get("check"))
-            s["regressions"][check] = s["regressions"].get(check, 0) + int(r.get("count", 1))
-        if slices:
-            facts["quality"] = {
-                "exact_expected": bool(quality.get("exact_expected", False)),
-                "slices": [slices[k] for k in sorted(slices)],
-            }
-    resources = summary.get("resources") or []
-    peaks = {"baseline": [], "candidate": []}
-    capacity: list[float] = []
-    for r in resources:
+        n_by_load[h["load"]] = int(h.get("n_requests") or 0)
+        for d in h.get("deltas") or []:
+            comparisons.append(_fact_row(d, load=h["load"], traffic_class=None))
+    comparisons += _per_run_rows(
+        summary.get("runs") or [], candidate_arm=candidate_arm, baseline_arm=baseline
+    )
+    for r in summary.get("slices") or []:
+        if (
+            r.get("arm") != candidate_arm
+            or r.get("dimension") != "traffic_class"
+            or r.get("value") != traffic_class
+        ):
+            continue
+        load = r.get("load")
+        if n_by_load.get(load) and int(r.get("n_requests") or 0) == n_by_load[load]:
+            comparisons += [
+                dict(c, traffic_class=traffic_class)
+                for c in comparisons
+                if c["load"] == load
+                and c["traffic_class"] is None
+                and c["metric"] != "successes_per_accelerator_hour"
+            ]
+            continue
+        for m in SLICE_METRICS:
+            for st in SLICE_STATS:
+                delta = r.get(f"{m}_{st}_delta")
+                if not _finite(delta):
+                    continue
+                cand = r.get(f"{m}_{st}")
+                base = cand - delta if _finite(cand) else None
+                row = {
+                    "load": load,
+                    "metric": m,
+                    "stat": st,
+                    "base": base,
+                    "cand": cand,
+                    "delta": delta,
+                    "delta_lo": r.get(f"{m}_{st}_delta_lo"),
+                    "delta_hi": r.get(f"{m}_{st}_delta_hi"),
+                }
+                row |= _ratio_from_delta(row)
+                row["noise_floor"] = floors.get((load, m, st))
+                row["traffic_class"] = traffic_class
+                comparisons.append(row)
+    facts["quality"] = _quality_facts(summary, candidate_arm=candidate_arm, exact_expected=exact_expected)
+    peaks: dict[str, list[float]] = {"baseline": [], "candidate": []}
+    for h in headline:
         who = (
-            "candidate" if r.get("arm") == candidate_arm else "baseline" if r.get("arm") == baseline else None
+            "candidate" if h.get("arm") == candidate_arm else "baseline" if h.get("arm") == baseline else None
         )
-        if who and _finite(r.get("peak_memory_bytes")):
-            peaks[who].append(float(r["peak_memory_bytes"]))
-        if _finite(r.get("capacity_bytes")):
-            capacity.append(float(r["capacity_bytes"]))
+        if who and _finite(h.get("peak_memory_bytes")):
+            peaks[who].append(float(h["peak_memory_bytes"]))
     if peaks["candidate"]:
         facts["memory"] = {
             "baseline_peak_bytes": max(peaks["baseline"]) if peaks["baseline"] else None,
             "candidate_peak_bytes": max(peaks["candidate"]),
-            "capacity_bytes": min(capacity) if capacity else None,
+            "capacity_bytes": capacity_bytes,
         }
     return facts
+
+
+def _fact_row(d: Mapping[str, Any], *, load: str, traffic_class: str | None) -> dict[str, Any]:
+    keys = (
+        "metric",
+        "stat",
+        "base",
+        "cand",
+        "delta",
+        "delta_lo",
+        "delta_hi",
+        "ratio",
+        "ratio_lo",
+        "ratio_hi",
+    )
+    row = {k: d.get(k) for k in keys}
+    row |= {"load": load, "traffic_class": traffic_class, "noise_floor": d.get("noise_floor")}
+    return row
+
+
+def _ratio_from_delta(row: Mapping[str, Any]) -> dict[str, Any]:
+    base = row.get("base")
+    if not (_finite(base) and base):
+        return {"ratio": None, "ratio_lo": None, "ratio_hi": None}
+    return {
+        k: (1 + row[src] / base if _finite(row.get(src)) else None)
+        for k, src in (("ratio", "delta"), ("ratio_lo", "delta_lo"), ("ratio_hi", "delta_hi"))
+    }
+
+
+def _per_run_rows(
+    runs: Iterable[Mapping[str, Any]], *, candidate_arm: str, baseline_arm: str | None
+) -> list[dict]:
+    """``successes_per_accelerator_hour`` (successful requests per accelerator-hour) per load."""
+    from scipy import stats as sps
+
+    values: dict[tuple[str, str], list[float]] = {}
+    for r in runs:
+        hours, ok = r.get("accelerator_hours"), r.get("successes")
+        if r.get("arm") not in (candidate_arm, baseline_arm) or not (
+            _finite(hours) and hours > 0 and _finite(ok)
+        ):
+            continue
+        who = "cand" if r.get("arm") == candidate_arm else "base"
+        values.setdefault((str(r.get("load")), who), []).append(float(ok) / float(hours))
+    rows = []
+    for load in sorted({load for load, _ in values}):
+        b, c = values.get((load, "base"), []), values.get((load, "cand"), [])
+        if not b or not c:
+            continue
+        mb, mc = sum(b) / len(b), sum(c) / len(c)
+        row: dict[str, Any] = {
+            "load": load,
+            "traffic_class": None,
+            "metric": "successes_per_accelerator_hour",
+            "stat": "mean",
+            "base": mb,
+            "cand": mc,
+            "delta": mc - mb,
+            "delta_lo": None,
+            "delta_hi": None,
+            "noise_floor": None,
+            "n_runs": [len(b), len(c)],
+        }
+        if len(b) >= 2 and len(c) >= 2:
+            vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
+            vc = sum((x - mc) ** 2 for x in c) / (len(c) - 1) / len(c)
+            se = math.sqrt(vb + vc)
+            if se > 0:
+                df = (vb + vc) ** 2 / ((vb**2 / (len(b) - 1)) + (vc**2 / (len(c) - 1)))
+                half = float(sps.t.ppf(0.975, df)) * se
+            else:
+                half = 0.0
+            row["delta_lo"], row["delta_hi"] = mc - mb - half, mc - mb + half
+        row |= _ratio_from_delta(row)
+        rows.append(row)
+    return rows
+
+
+def _quality_facts(
+    summary: Mapping[str, Any], *, candidate_arm: str, exact_expected: bool
+) -> dict[str, Any] | None:
+    quality = summary.get("quality") or {}
+    slices: dict[str, dict[str, Any]] = {}
+    for r in summary.get("slices") or []:
+        if r.get("arm") != candidate_arm or r.get("dimension") != "task":
+            continue
+        s = slices.setdefault(str(r.get("value")), {"slice": str(r.get("value")), "n": 0, "regressions": {}})
+        s["n"] += int(r.get("n_requests") or 0)
+        if exact_expected and _finite(r.get("exact_match_rate")) and r.get("n_exact_match"):
+            diff = round(int(r["n_exact_match"]) * (1 - float(r["exact_match_rate"])))
+            s["regressions"]["exact_match"] = s["regressions"].get("exact_match", 0) + diff
+    for r in quality.get("regressions") or []:
+        if r.get("arm") != candidate_arm:
+            continue
+        s = slices.setdefault(str(r.get("task")), {"slice": str(r.get("task")), "n": 0, "regressions": {}})
+        for check in str(r.get("checks") or r.get("check") or "").split(","):
+            if check:
+                s["regressions"][check] = s["regressions"].get(check, 0) + 1
+    if not slices:
+        return None
+    return {
+        "exact_expected": exact_expected,
+        "truncated": bool(quality.get("truncated")),
+        "slices": [slices[k] for k in sorted(slices)],
+    }
+
+
+def memory_capacity_from_hardware(hardware: Iterable[Mapping[str, Any]]) -> float | None:
+    """Memory capacity in bytes from run hardware records (``workers.hardware``): the smallest
+    GPU's memory on GPU hosts (the summary's peak is GPU memory there), else host memory."""
+    gpu, host = [], []
+    for hw in hardware:
+        for g in hw.get("gpus") or []:
+            if _finite(g.get("memory_bytes")):
+                gpu.append(float(g["memory_bytes"]))
+        if _finite(hw.get("memory_bytes")):
+            host.append(float(hw["memory_bytes"]))
+    if gpu:
+        return min(gpu)
+    return min(host) if host else None
 
 
 # ---------------------------------------------------------------- helpers
@@ -244,6 +398,8 @@ def _unit(metric: str) -> str:
         return "req/s"
     if metric == "successes_per_accelerator_hour":
         return "tasks/accel-h"
+    if metric in ("success", "met_deadline"):
+        return "fraction"
     return ""
 
 
@@ -267,37 +423,52 @@ def comparison_direction(row: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------- the five criteria
 
 
+def _with_interval(r: Mapping[str, Any]) -> tuple[float, float, float] | None:
+    ratio, lo, hi = r.get("ratio"), r.get("ratio_lo"), r.get("ratio_hi")
+    if not (_finite(ratio) and _finite(lo) and _finite(hi)) and _finite(r.get("base")) and r["base"]:
+        derived = _ratio_from_delta(r)
+        ratio, lo, hi = derived["ratio"], derived["ratio_lo"], derived["ratio_hi"]
+    if _finite(ratio) and _finite(lo) and _finite(hi):
+        return float(ratio), float(lo), float(hi)
+    return None
+
+
 def criterion_task_improvement(facts: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
-    """(1) Workload-weighted relative improvement (ratio - 1) in successful tasks per
-    accelerator-hour (or goodput when that is absent) over the loads in scope, with its lower
-    bound above zero. The weighted lower bound is the weighted sum of the per-load lower bounds:
-    conservative (never above the exact bound for independent loads)."""
+    """(1) Workload-weighted relative improvement (ratio - 1) in acceptable completed tasks over
+    the loads in scope, with its lower bound above zero.
+
+    The metric is ``improvement_metric`` (successful requests per accelerator-hour) when every
+    load in scope has an interval for it, else ``improvement_fallback_metric`` (``success``: the
+    paired fraction of requests that finished, within deadline, with valid output). The weighted
+    lower bound is the weighted sum of the per-load lower bounds: conservative (never above the
+    exact bound for independent loads)."""
     key = "task_improvement"
+    evidence = [{"label": "headline table", "anchor": "headline"}]
+    notes: list[str] = []
+    usable: list[tuple[dict, float, float, float]] = []
     metric = settings["improvement_metric"]
-    rows = [
-        r
-        for r in _rows(facts, metric=metric, stat=None, traffic_class=None)
-        if _in_scope(r["load"], settings)
-    ]
-    if not rows:
-        metric = settings.get("improvement_fallback_metric") or metric
+    for i, name in enumerate([settings["improvement_metric"], settings.get("improvement_fallback_metric")]):
+        if not name:
+            continue
         rows = [
             r
-            for r in _rows(facts, metric=metric, stat=None, traffic_class=None)
+            for r in _rows(facts, metric=name, stat=None, traffic_class=None)
             if _in_scope(r["load"], settings)
         ]
-    evidence = [{"label": "headline table", "anchor": "headline"}]
-    usable = []
-    for r in rows:
-        ratio, lo, hi = r.get("ratio"), r.get("ratio_lo"), r.get("ratio_hi")
-        if not (_finite(ratio) and _finite(lo) and _finite(hi)) and _finite(r.get("base")) and r["base"]:
-            ratio = r["cand"] / r["base"] if _finite(r.get("cand")) else None
-            lo = 1 + r["delta_lo"] / r["base"] if _finite(r.get("delta_lo")) else None
-            hi = 1 + r["delta_hi"] / r["base"] if _finite(r.get("delta_hi")) else None
-        if _finite(ratio) and _finite(lo) and _finite(hi):
-            usable.append((r, float(ratio), float(lo), float(hi)))
+        judged = [(r, _with_interval(r)) for r in rows]
+        if rows and all(v is not None for _, v in judged):
+            usable = [(r, *v) for r, v in judged if v is not None]
+            metric = name
+            if i:
+                notes.append(
+                    f"{settings['improvement_metric']} has no interval at every load in scope "
+                    f"(fewer than two runs per arm): judged on {name}"
+                )
+            break
     if not usable:
-        return _result(key, NOT_MEASURED, f"no {metric} comparison for the loads in scope", [], evidence)
+        return _result(
+            key, NOT_MEASURED, f"no {metric} comparison with an interval for the loads in scope", [], evidence
+        )
     weights_in = settings.get("load_weights") or {}
     weights = [float(weights_in.get(r["load"], 1.0)) for r, *_ in usable]
     total = sum(weights)
@@ -310,13 +481,19 @@ def criterion_task_improvement(facts: Mapping[str, Any], settings: Mapping[str, 
     numbers = [_num("weighted improvement", est, "fraction"), _num("lower bound", low, "fraction")]
     numbers.append(_num("upper bound", high, "fraction"))
     for w, (r, ratio, lo, hi) in zip(weights, usable, strict=True):
-        numbers.append(_num(f"{r['load']}: {metric} baseline", r.get("base"), _unit(metric)))
-        numbers.append(_num(f"{r['load']}: {metric} candidate", r.get("cand"), _unit(metric)))
+        numbers.append(
+            _num(f"{r['load']}: {metric} baseline / candidate", [r.get("base"), r.get("cand")], _unit(metric))
+        )
         numbers.append(_num(f"{r['load']}: ratio [lo, hi] (weight {w:.2f})", [ratio, lo, hi], "x"))
     ok = low > 0
     summary = f"{metric}: weighted change {est:+.1%} (interval {low:+.1%} to {high:+.1%})"
     return _result(
-        key, PASS if ok else FAIL, summary + ("" if ok else ": interval not above zero"), numbers, evidence
+        key,
+        PASS if ok else FAIL,
+        summary + ("" if ok else ": interval not above zero"),
+        numbers,
+        evidence,
+        notes,
     )
 
 
@@ -324,7 +501,10 @@ def criterion_latency_benefit(
     facts: Mapping[str, Any], settings: Mapping[str, Any], *, traffic_class: str
 ) -> dict[str, Any]:
     """(2) For the promised class, at every load in scope, p95 TPOT or p95 e2e (seconds) is
-    better than the baseline: interval below zero and |delta| beyond the A/A noise floor."""
+    better than the baseline: interval below zero and |delta| beyond the A/A noise floor.
+
+    Where the comparison has no p95 interval for the class at a load (a class that is only part
+    of the traffic), the class's mean TPOT/e2e intervals decide, with a note saying so."""
     key = "latency_benefit"
     stat = settings["latency_stat"]
     evidence = [
@@ -332,10 +512,22 @@ def criterion_latency_benefit(
         {"label": "noise floor", "anchor": "noise"},
     ]
     by_load: dict[str, list[dict]] = {}
+    fallback: dict[str, list[dict]] = {}
     for metric in settings["latency_metrics"]:
-        for r in _rows(facts, metric=metric, stat=stat, traffic_class=traffic_class):
-            if _in_scope(r["load"], settings):
+        for r in _rows(facts, metric=metric, stat=None, traffic_class=traffic_class):
+            if not _in_scope(r["load"], settings):
+                continue
+            if r["stat"] == stat:
                 by_load.setdefault(r["load"], []).append(r)
+            elif r["stat"] == "mean":
+                fallback.setdefault(r["load"], []).append(r)
+    notes = []
+    for load in set(by_load) | set(fallback):
+        if not any(comparison_direction(r) != "unknown" for r in by_load.get(load, [])) and fallback.get(
+            load
+        ):
+            by_load[load] = by_load.get(load, []) + fallback[load]
+            notes.append(f"{load}: no {stat} interval for {traffic_class}; judged on mean intervals")
     if not by_load:
         return _result(
             key, NOT_MEASURED, f"no {stat} latency comparison for class {traffic_class!r}", [], evidence
@@ -348,7 +540,7 @@ def criterion_latency_benefit(
             verdicts.append(v)
             numbers.append(
                 _num(
-                    f"{load} {traffic_class} {r['metric']} {stat}: baseline / candidate / delta [lo, hi] / floor",
+                    f"{load} {traffic_class} {r['metric']} {r['stat']}: baseline / candidate / delta [lo, hi] / floor ({v})",
                     [
                         r.get("base"),
                         r.get("cand"),
@@ -360,23 +552,24 @@ def criterion_latency_benefit(
                     "s",
                 )
             )
-            numbers.append(_num(f"{load} {r['metric']} verdict", v))
         if "better" not in verdicts:
             failing.append(load)
     if failing:
         return _result(
             key,
             FAIL,
-            f"no clear {stat} benefit for {traffic_class} at load {', '.join(failing)}",
+            f"no clear latency benefit for {traffic_class} at load {', '.join(failing)}",
             numbers,
             evidence,
+            sorted(notes),
         )
     return _result(
         key,
         PASS,
-        f"{traffic_class} {stat} latency better beyond the noise floor at every load in scope",
+        f"{traffic_class} latency better beyond the noise floor at every load in scope",
         numbers,
         evidence,
+        sorted(notes),
     )
 
 
@@ -395,13 +588,18 @@ def criterion_quality(facts: Mapping[str, Any], settings: Mapping[str, Any]) -> 
     for s in quality["slices"]:
         limit = float(thresholds.get(s["slice"], thresholds.get("*", 0.0)))
         n = int(s.get("n") or 0)
-        for check in checks:
-            count = int((s.get("regressions") or {}).get(check, 0))
-            total += count
-            rate = count / n if n else (0.0 if count == 0 else math.inf)
-            numbers.append(
-                _num(f"{s['slice']} {check}: regressions / requests (limit {limit:.2%})", [count, n])
+        counts = {check: int((s.get("regressions") or {}).get(check, 0)) for check in checks}
+        total += sum(counts.values())
+        numbers.append(
+            _num(
+                f"{s['slice']}: regressions / requests (limit {limit:.2%} per check)",
+                [sum(counts.values()), n],
             )
+        )
+        for check, count in counts.items():
+            rate = count / n if n else (0.0 if count == 0 else math.inf)
+            if count:
+                numbers.append(_num(f"{s['slice']} {check}: regressions / requests", [count, n]))
             if rate > limit:
                 failing.append(f"{s['slice']} {check} {count}/{n}")
     notes = [] if quality.get("exact_expected") else ["exact match not required (sampled decoding)"]

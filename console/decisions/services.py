@@ -102,8 +102,13 @@ def _recompute(decision: Decision, comparison: Mapping[str, Any] | None) -> None
     arm = decision.candidate_arm
     label = arm.label if arm else None
     if comparison is not None:
+        hardware = decision.experiment.runs.exclude(hardware={}).values_list("hardware", flat=True)
         facts = gate.gate_facts_from_summary(
-            comparison, candidate_arm=label, traffic_class=decision.traffic_class
+            comparison,
+            candidate_arm=label,
+            traffic_class=decision.traffic_class,
+            exact_expected=decision.experiment.sampling == "greedy",
+            capacity_bytes=gate.memory_capacity_from_hardware(list(hardware)),
         )
         decision.comparison_key = str(comparison.get("key") or "")[:64]
     else:

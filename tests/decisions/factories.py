@@ -3,7 +3,6 @@ runs with versions and hardware; and synthetic comparison summaries for the gate
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import itertools
 from typing import Any
@@ -95,18 +94,15 @@ def experiment_make(*, created_by=None, candidate_engine_args: dict | None = Non
                 status=Run.Status.DONE,
                 config_hash=arm.config.content_hash,
                 versions={"transformers": "5.17.0", "torch": "2.13.0"},
-                hardware={"cpu": "2 cores", "memory_total_bytes": 16 * 2**30},
+                hardware={"cpu_count": 2, "memory_bytes": 16 * 2**30, "gpus": []},
             )
     return exp
 
 
-def _row(
-    load, metric, stat, base, cand, lo, hi, *, traffic_class=None, floor=None, arm="ngram"
-) -> dict[str, Any]:
+def _delta(metric, stat, base, cand, lo, hi, *, floor=None) -> dict[str, Any]:
+    higher = metric in ("success", "met_deadline")
+    better = (cand - base > 0) == higher and not (lo <= 0 <= hi)
     return {
-        "arm": arm,
-        "load": load,
-        "traffic_class": traffic_class,
         "metric": metric,
         "stat": stat,
         "base": base,
@@ -117,46 +113,87 @@ def _row(
         "ratio": cand / base,
         "ratio_lo": (base + lo) / base,
         "ratio_hi": (base + hi) / base,
+        "n_pairs": 40,
+        "n_excluded": 0,
         "noise_floor": floor,
+        "verdict": "better" if better else "not distinguishable",
     }
+
+
+def _deltas() -> list[dict[str, Any]]:
+    return [
+        _delta("success", "mean", 0.90, 0.95, 0.01, 0.09),
+        _delta("met_deadline", "mean", 0.92, 0.96, 0.01, 0.07),
+        _delta("tpot_s", "mean", 0.040, 0.025, -0.018, -0.012, floor=0.003),
+        _delta("tpot_s", "p95", 0.050, 0.030, -0.025, -0.015, floor=0.004),
+        _delta("e2e_s", "p95", 4.0, 3.0, -1.4, -0.6, floor=0.3),
+        _delta("e2e_s", "p99", 5.0, 4.0, -1.5, -0.5, floor=0.4),
+        _delta("ttft_s", "p95", 0.30, 0.31, -0.02, 0.04, floor=0.02),
+    ]
 
 
 def summary_passing() -> dict[str, Any]:
-    """A comparison summary on which every gate criterion passes for candidate 'ngram'."""
-    rows = []
+    """A comparison summary in ``console.analysis`` schema version 1 (only the fields the gate
+    reads) on which every gate criterion passes for candidate 'ngram'."""
+    headline, runs, slices = [], [], []
     for load in ("1x", "4x"):
-        rows.append(_row(load, "successes_per_accelerator_hour", "mean", 100.0, 130.0, 10.0, 50.0))
-        rows.append(_row(load, "goodput_rps", "mean", 2.0, 2.5, 0.2, 0.8))
-        for cls in (None, "interactive"):
-            rows.append(
-                _row(load, "tpot_s", "p95", 0.050, 0.030, -0.025, -0.015, traffic_class=cls, floor=0.004)
+        for arm, peak in (("baseline", 4 * 2**30), ("ngram", 5 * 2**30)):
+            headline.append(
+                {
+                    "arm": arm,
+                    "load": load,
+                    "is_baseline": arm == "baseline",
+                    "n_requests": 40,
+                    "peak_memory_bytes": peak,
+                    "e2e_s_p95": 3.0,
+                    "e2e_s_p99": 4.0,
+                    "tpot_s_p95": 0.03,
+                    "deltas": _deltas() if arm == "ngram" else [],
+                }
             )
-            rows.append(_row(load, "e2e_s", "p95", 4.0, 3.0, -1.4, -0.6, traffic_class=cls, floor=0.3))
-            rows.append(_row(load, "e2e_s", "p99", 5.0, 4.0, -1.5, -0.5, traffic_class=cls, floor=0.4))
-        rows.append(_row(load, "ttft_s", "p95", 0.30, 0.31, -0.02, 0.04, floor=0.02))
+            for repeat, successes in enumerate((100.0, 104.0) if arm == "baseline" else (130.0, 134.0)):
+                runs.append(
+                    {
+                        "arm": arm,
+                        "load": load,
+                        "repeat": repeat,
+                        "successes": successes,
+                        "accelerator_hours": 1.0,
+                    }
+                )
+            slices.append(
+                {
+                    "dimension": "traffic_class",
+                    "value": "interactive",
+                    "arm": arm,
+                    "load": load,
+                    "n_requests": 40,
+                }
+            )
+            for task in ("chat", "json", "tool_call"):
+                slices.append(
+                    {
+                        "dimension": "task",
+                        "value": task,
+                        "arm": arm,
+                        "load": load,
+                        "n_requests": 10,
+                        "n_exact_match": 10 if arm != "baseline" else 0,
+                        "exact_match_rate": 1.0,
+                    }
+                )
     return {
-        "key": "abc123",
+        "schema_version": 1,
         "baseline_arm": "baseline",
-        "loads": ["1x", "4x"],
-        "comparisons": rows,
-        "quality": {
-            "exact_expected": True,
-            "rates": [
-                {"arm": arm, "load": "1x", "task": task, "n_requests": 20}
-                for arm in ("baseline", "ngram")
-                for task in ("chat", "json", "tool_call")
-            ],
-            "regressions": [],
-        },
-        "resources": [
-            {"arm": "baseline", "load": "1x", "peak_memory_bytes": 4 * 2**30, "capacity_bytes": 16 * 2**30},
-            {"arm": "ngram", "load": "1x", "peak_memory_bytes": 5 * 2**30, "capacity_bytes": 16 * 2**30},
-        ],
-        "acceptance": [{"arm": "ngram", "task": "chat", "acceptance_rate": 0.6}],
+        "load_order": ["1x", "4x"],
+        "headline": headline,
+        "runs": runs,
+        "slices": slices,
+        "acceptance": {"by_task": [{"arm": "ngram", "load": "1x", "task": "chat", "acceptance_rate": 0.6}]},
+        "quality": {"regressions": [], "n_regressions": 0, "truncated": False, "divergence": []},
+        "noise_floor": [],
     }
 
 
-def summary_with(**changes) -> dict[str, Any]:
-    out = copy.deepcopy(summary_passing())
-    out.update(changes)
-    return out
+def regression(task: str, checks: str, *, arm: str = "ngram", load: str = "1x") -> dict[str, Any]:
+    return {"arm": arm, "load": load, "request_id": f"{task}-1", "repeat": 0, "task": task, "checks": checks}

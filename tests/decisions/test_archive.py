@@ -85,9 +85,10 @@ def test_it_chains_each_signed_decision_to_the_previous_one(three_signed):
         three_signed[0].experiment.arms.values_list("config__content_hash", flat=True)
     )
     assert ev["versions"]["ngram"]["transformers"] == "5.17.0"
-    assert ev["hardware"]["ngram"]["cpu"] == "2 cores"
+    assert ev["hardware"]["ngram"]["memory_bytes"] == 16 * 2**30
     assert bundle["decision"]["gate"]["overall"] == "pass"
     assert any(r["metric"] == "tpot_s" for r in bundle["decision"]["gate"]["facts"]["comparisons"])
+    assert bundle["decision"]["gate"]["facts"]["memory"]["capacity_bytes"] == 16 * 2**30
     assert bundle["signoff"]["signer"] == "alex-approver"
     assert archive_verify() | {"count": 3} == {"ok": True, "checked": 3, "break": None, "count": 3}
 

@@ -9,7 +9,7 @@ from django.core.exceptions import PermissionDenied
 from console.decisions import services
 from console.decisions.models import AuditEvent, Decision, FrozenDecisionError
 from tests.decisions.conftest import draft_complete, draft_make, signed_make, submitted_make
-from tests.decisions.factories import summary_passing
+from tests.decisions.factories import regression, summary_passing
 
 
 def actions(decision):
@@ -121,7 +121,7 @@ def test_it_records_who_signed_with_role_and_time(signed, approver):
 
 def failing_summary():
     s = summary_passing()
-    s["quality"]["regressions"] = [{"arm": "ngram", "task": "json", "check": "schema_valid"}]
+    s["quality"]["regressions"] = [regression("json", "schema_valid")]
     return s
 
 

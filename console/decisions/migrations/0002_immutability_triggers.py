@@ -35,7 +35,8 @@ def _tables():
 def install(apps, schema_editor):
     vendor = schema_editor.connection.vendor
     if vendor == "postgresql":
-        schema_editor.execute(PG_FUNCTION)
+        # params=None: the function body contains '%' placeholders of RAISE, not query parameters.
+        schema_editor.execute(PG_FUNCTION, params=None)
         for table in _tables():
             schema_editor.execute(
                 f"CREATE TRIGGER {table}_frozen BEFORE UPDATE OR DELETE ON {table} "

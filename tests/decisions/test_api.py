@@ -1,0 +1,116 @@
+"""The decisions API: list, read, edit a draft, sign off with an approver token only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from console.decisions.models import Decision
+
+
+@pytest.fixture(autouse=True)
+def comparison(monkeypatch):
+    from console.decisions import selectors
+    from tests.decisions.factories import summary_passing
+
+    monkeypatch.setattr(selectors, "decision_comparison", lambda *, experiment: summary_passing())
+
+
+def post_json(client, url, body, headers, method="post"):
+    return getattr(client, method)(url, data=json.dumps(body), content_type="application/json", **headers)
+
+
+def test_it_lists_and_reads_decisions(client, signed, draft, viewer, api_token_for):
+    headers = api_token_for(viewer)
+    listing = client.get("/api/decisions", **headers).json()["decisions"]
+    assert {d["id"] for d in listing} == {signed.pk, draft.pk}
+    only = client.get("/api/decisions?status=approved", **headers).json()["decisions"]
+    assert [d["id"] for d in only] == [signed.pk]
+    item = client.get(f"/api/decisions/{signed.pk}", **headers).json()
+    assert item["gate"]["overall"] == "pass" and len(item["gate"]["criteria"]) == 5
+    assert item["signoff"]["signer"] == "alex-approver" and item["signoff"]["role"] == "approver"
+    assert item["archive"]["sequence"] == 1 and len(item["archive"]["bundle_sha256"]) == 64
+    assert [e["action"] for e in item["audit"]] == ["created", "edited", "submitted", "signed"]
+    assert client.get("/api/decisions/999999", **headers).status_code == 404
+
+
+def test_it_signs_off_with_an_approver_token(client, submitted, approver, api_token_for):
+    response = post_json(
+        client,
+        f"/api/decisions/{submitted.pk}/signoff",
+        {"verdict": "approved", "comment": "lgtm"},
+        api_token_for(approver),
+    )
+    assert response.status_code == 200, response.content
+    assert response.json()["status"] == "approved"
+    assert Decision.objects.get(pk=submitted.pk).signoff.signer == approver
+
+
+def test_it_refuses_sign_off_with_an_engineer_or_viewer_token(
+    client, submitted, engineer, viewer, api_token_for
+):
+    for user in (engineer, viewer):
+        response = post_json(
+            client,
+            f"/api/decisions/{submitted.pk}/signoff",
+            {"verdict": "approved", "comment": "x"},
+            api_token_for(user),
+        )
+        assert response.status_code == 403
+    assert Decision.objects.get(pk=submitted.pk).status == "submitted"
+
+
+def test_it_refuses_an_approver_token_on_their_own_draft(client, experiment, approver, api_token_for):
+    from tests.decisions.conftest import submitted_make
+
+    decision = submitted_make(experiment=experiment, author=approver)
+    response = post_json(
+        client,
+        f"/api/decisions/{decision.pk}/signoff",
+        {"verdict": "approved", "comment": "x"},
+        api_token_for(approver),
+    )
+    assert response.status_code == 403 and "drafted" in response.json()["error"]
+
+
+def test_it_requires_a_comment_over_the_api(client, submitted, approver, api_token_for):
+    response = post_json(
+        client, f"/api/decisions/{submitted.pk}/signoff", {"verdict": "approved"}, api_token_for(approver)
+    )
+    assert response.status_code == 400 and "comment" in response.json()["error"]
+
+
+def test_it_edits_a_draft_and_refuses_to_edit_a_signed_decision(
+    client, draft, signed, engineer, approver, api_token_for
+):
+    headers = api_token_for(engineer)
+    response = post_json(
+        client, f"/api/decisions/{draft.pk}", {"rationale": "via the API"}, headers, method="patch"
+    )
+    assert response.status_code == 200 and response.json()["rationale"] == "via the API"
+    response = post_json(
+        client, f"/api/decisions/{signed.pk}", {"rationale": "rewritten"}, headers, method="patch"
+    )
+    assert response.status_code == 409
+    response = post_json(
+        client,
+        f"/api/decisions/{signed.pk}/signoff",
+        {"verdict": "rejected", "comment": "again"},
+        api_token_for(approver),
+    )
+    assert response.status_code == 409
+    assert Decision.objects.get(pk=signed.pk).rationale != "rewritten"
+    assert Decision.objects.get(pk=signed.pk).status == "approved"
+    assert client.delete(f"/api/decisions/{signed.pk}", **headers).status_code == 405
+    assert (
+        post_json(
+            client, f"/api/decisions/{draft.pk}", {"gate": {"overall": "pass"}}, headers, method="patch"
+        ).status_code
+        == 400
+    )
+
+
+def test_it_documents_the_endpoints_in_openapi(client, viewer, api_token_for):
+    paths = client.get("/api/openapi.json", **api_token_for(viewer)).json()["paths"]
+    assert {"/api/decisions", "/api/decisions/{id}", "/api/decisions/{id}/signoff"} <= set(paths)

@@ -1,0 +1,207 @@
+"""Pages: drafting, editing, submitting, signing through forms; what each role may do; the
+admin refusing signed decisions."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from console.decisions.models import Decision
+from tests.decisions.conftest import ENGINEER_ANSWERS
+
+
+@pytest.fixture(autouse=True)
+def comparison(monkeypatch):
+    """The analysis app's comparison, stubbed at the one seam the views read it through."""
+    from console.decisions import selectors
+    from tests.decisions.factories import summary_passing
+
+    monkeypatch.setattr(selectors, "decision_comparison", lambda *, experiment: summary_passing())
+
+
+def test_it_drafts_a_decision_from_the_form(engineer_client, experiment):
+    page = engineer_client.get(f"/decisions/new/?experiment={experiment.pk}")
+    assert page.status_code == 200
+    arm = experiment.arms.get(label="ngram")
+    response = engineer_client.post(
+        "/decisions/new/",
+        {
+            "experiment": experiment.pk,
+            "proposal": "enable",
+            "candidate_arm": arm.pk,
+            "traffic_class": "interactive",
+            "title": "n-gram on",
+            "rationale": "faster",
+        },
+    )
+    decision = Decision.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/decisions/{decision.pk}/"
+    assert decision.gate["overall"] == "pass"
+    page = engineer_client.get(f"/decisions/{decision.pk}/")
+    assert page.status_code == 200
+    for text in (b"Release gate", b"Checklist", b"Rollback plan", b"Audit trail", b"Workload-weighted"):
+        assert text in page.content
+
+
+def test_it_refuses_a_viewer_drafting(viewer_client, experiment):
+    arm = experiment.arms.get(label="ngram")
+    assert viewer_client.get("/decisions/new/").status_code == 403
+    response = viewer_client.post(
+        "/decisions/new/",
+        {
+            "experiment": experiment.pk,
+            "proposal": "enable",
+            "candidate_arm": arm.pk,
+            "traffic_class": "interactive",
+        },
+    )
+    assert response.status_code == 403
+    assert not Decision.objects.exists()
+    assert b"Draft from this experiment" not in viewer_client.get("/decisions/").content
+
+
+def edit_payload(decision, **overrides):
+    from console.decisions.forms import DecisionEditForm
+
+    data = {k: ("" if v is None else v) for k, v in DecisionEditForm.initial_for(decision).items()}
+    for key, given in ENGINEER_ANSWERS.items():
+        data[f"check_{key}"] = given["answer"]
+        data[f"note_{key}"] = given.get("note", "")
+    data |= {
+        "rationale": "because",
+        "rollback_owner": "on-call",
+        "rollback_verification": "p95 back to baseline",
+    }
+    data.update(overrides)
+    return data
+
+
+def test_it_edits_submits_and_signs_through_the_pages(draft, engineer_client, approver_client):
+    response = engineer_client.post(f"/decisions/{draft.pk}/edit/", edit_payload(draft))
+    assert response.status_code == 302, response.content
+    draft.refresh_from_db()
+    assert draft.rollback_owner == "on-call"
+    assert {i["key"]: i["answer"] for i in draft.checklist}["production_traces"] == "yes"
+    assert engineer_client.post(f"/decisions/{draft.pk}/submit/").status_code == 302
+    draft.refresh_from_db()
+    assert draft.status == "submitted"
+    page = approver_client.get(f"/decisions/{draft.pk}/")
+    assert b'action="/decisions/%d/sign/"' % draft.pk in page.content
+    response = approver_client.post(
+        f"/decisions/{draft.pk}/sign/", {"verdict": "approved", "comment": "good evidence"}
+    )
+    assert response.status_code == 302
+    draft.refresh_from_db()
+    assert draft.status == "approved" and draft.archive.sequence == 1
+    page = approver_client.get(f"/decisions/{draft.pk}/")
+    assert b"alex-approver" in page.content and draft.archive.bundle_sha256.encode() in page.content
+
+
+def test_it_rejects_malformed_rollback_triggers(draft, engineer_client):
+    response = engineer_client.post(
+        f"/decisions/{draft.pk}/edit/", edit_payload(draft, rollback_triggers="p95 TPOT | about | 3 | s | 10")
+    )
+    assert response.status_code == 200 and b"comparison must be one of" in response.content
+
+
+def test_it_refuses_sign_off_by_an_engineer_over_http(submitted, engineer_client):
+    response = engineer_client.post(
+        f"/decisions/{submitted.pk}/sign/", {"verdict": "approved", "comment": "me"}
+    )
+    assert response.status_code == 403
+    submitted.refresh_from_db()
+    assert submitted.status == "submitted"
+
+
+def test_it_refuses_an_approver_signing_their_own_draft_over_http(experiment, approver, approver_client):
+    from tests.decisions.conftest import submitted_make
+
+    decision = submitted_make(experiment=experiment, author=approver)
+    page = approver_client.get(f"/decisions/{decision.pk}/")
+    assert b"another approver signs it" in page.content
+    response = approver_client.post(
+        f"/decisions/{decision.pk}/sign/", {"verdict": "approved", "comment": "mine"}
+    )
+    assert response.status_code == 403
+    decision.refresh_from_db()
+    assert decision.status == "submitted"
+
+
+def test_it_refuses_form_edits_of_a_signed_decision(signed, engineer_client):
+    response = engineer_client.post(
+        f"/decisions/{signed.pk}/edit/", edit_payload(signed, rationale="rewritten")
+    )
+    assert response.status_code == 409
+    assert engineer_client.get(f"/decisions/{signed.pk}/edit/").status_code == 302
+    assert Decision.objects.get(pk=signed.pk).rationale != "rewritten"
+
+
+def test_it_shows_an_override_forever_after(experiment, engineer, approver, viewer_client):
+    from console.decisions import services
+    from tests.decisions.conftest import submitted_make
+    from tests.decisions.factories import summary_passing
+
+    summary = summary_passing()
+    summary["headline"][1]["peak_memory_bytes"] = 15.5 * 2**30
+    decision = submitted_make(experiment=experiment, author=engineer, summary=summary)
+    services.decision_sign(
+        decision=decision,
+        signer=approver,
+        verdict="approved",
+        comment="ok",
+        override_reason="we add a node first",
+    )
+    page = viewer_client.get(f"/decisions/{decision.pk}/")
+    assert b"Approved over a failing gate" in page.content and b"we add a node first" in page.content
+
+
+def test_it_filters_the_archive(experiment, engineer, approver, viewer_client):
+    from tests.decisions.conftest import signed_make
+
+    a = signed_make(experiment=experiment, author=engineer, signer=approver, title="alpha-approved")
+    signed_make(
+        experiment=experiment, author=engineer, signer=approver, verdict="rejected", title="beta-rejected"
+    )
+    page = viewer_client.get("/decisions/archive/?status=rejected")
+    assert b"beta-rejected" in page.content and b"alpha-approved" not in page.content
+    page = viewer_client.get("/decisions/archive/?model=qwen2.5-coder")
+    assert b"beta-rejected" in page.content and b"alpha-approved" in page.content
+    page = viewer_client.get("/decisions/archive/?model=llama")
+    assert b"alpha-approved" not in page.content
+    day = a.created_at.date()
+    page = viewer_client.get(f"/decisions/archive/?date_from={day}&date_to={day}")
+    assert b"alpha-approved" in page.content
+    page = viewer_client.get(f"/decisions/archive/?date_to={day.replace(year=day.year - 1)}")
+    assert b"alpha-approved" not in page.content
+
+
+@pytest.fixture
+def admin_client(db):
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_superuser("root", "root@example.com", "x" * 12)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_it_refuses_admin_edits_and_deletes_of_a_signed_decision(signed, admin_client):
+    url = f"/admin/decisions/decision/{signed.pk}/change/"
+    page = admin_client.get(url)
+    assert page.status_code == 200  # view-only
+    assert b'name="_save"' not in page.content
+    response = admin_client.post(url, {"title": "renamed", "rationale": "rewritten", "proposal": "enable"})
+    assert response.status_code == 403
+    assert (
+        admin_client.post(f"/admin/decisions/decision/{signed.pk}/delete/", {"post": "yes"}).status_code
+        == 403
+    )
+    response = admin_client.post(
+        "/admin/decisions/decision/",
+        {"action": "delete_selected", "_selected_action": [signed.pk], "post": "yes"},
+    )
+    assert Decision.objects.filter(pk=signed.pk).exists()
+    fresh = Decision.objects.get(pk=signed.pk)
+    assert fresh.title != "renamed" and fresh.rationale != "rewritten"
+    for model in ("signoff", "archiverecord", "auditevent"):
+        assert admin_client.get(f"/admin/decisions/{model}/add/").status_code == 403
