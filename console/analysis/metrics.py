@@ -82,8 +82,12 @@ Deadlines = Mapping[str, Mapping[str, float]]
 
 def _flatten(column: pd.Series, dtype: type) -> tuple[np.ndarray, np.ndarray]:
     """Flatten a column of lists: (values, length per row). ``None``/NaN rows count as empty."""
-    items = [x if isinstance(x, list | tuple | np.ndarray) else () for x in column]
-    lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+    items = column.tolist()
+    try:
+        lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+    except TypeError:  # None or NaN somewhere: treat as empty
+        items = [x if isinstance(x, list | tuple | np.ndarray) else () for x in items]
+        lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
     flat = np.fromiter(itertools.chain.from_iterable(items), dtype=dtype, count=int(lens.sum()))
     return flat, lens
 

@@ -22,6 +22,8 @@ Rules
   the blocks is allowed). Every call must name a defined tool (``tools`` entries in OpenAI form
   ``{"type": "function", "function": {"name", "parameters"}}`` or bare ``{"name", "parameters"}``)
   and its arguments must validate against that tool's ``parameters`` schema (none = any object).
+- Checks are memoised per (output text, ``request_id``): a request's ``response_format`` and
+  ``tools`` come from the trace and are the same in every arm.
 - **Failed requests** fail every check that applies to them (the user got no valid output).
 - ``output_valid``: every applicable check passed (True when none applies). Exact match is not
   part of it: under sampling, outputs legitimately differ.
@@ -202,10 +204,12 @@ def quality_flags(requests: pd.DataFrame) -> pd.DataFrame:
     texts = requests["output_text"].to_numpy()
     formats = requests["response_format"].to_numpy() if "response_format" in requests else np.full(n, None)
     tools = requests["tools"].to_numpy() if "tools" in requests else np.full(n, None)
-    # Arms often return the same text for the same request: check each (text, format) once.
-    cache: dict[tuple[str, str], dict[str, Any]] = {}
+    # Arms often return the same text for the same request: check each (text, request) once.
+    # A request's response_format and tools come from the trace, the same in every arm.
+    ids = requests["request_id"].to_numpy() if "request_id" in requests else np.arange(n)
+    cache: dict[tuple[str, object], dict[str, Any]] = {}
     for i in np.flatnonzero([bool(f) for f in formats]):
-        key = (str(texts[i]), json.dumps(formats[i], sort_keys=True, default=str))
+        key = (str(texts[i]), ids[i])
         if key not in cache:
             cache[key] = response_format_check(texts[i], formats[i])
         res = cache[key]
@@ -214,9 +218,9 @@ def quality_flags(requests: pd.DataFrame) -> pd.DataFrame:
         results["json_valid"][i] = res["json_valid"]
         results["schema_valid"][i] = res["schema_valid"]
         reasons[i] = res["reason"]
-    tool_cache: dict[tuple[str, str], dict[str, Any]] = {}
+    tool_cache: dict[tuple[str, object], dict[str, Any]] = {}
     for i in np.flatnonzero([isinstance(t, list | tuple | np.ndarray) and len(t) > 0 for t in tools]):
-        key = (str(texts[i]), json.dumps(list(tools[i]), sort_keys=True, default=str))
+        key = (str(texts[i]), ids[i])
         if key not in tool_cache:
             tool_cache[key] = tool_call_check(texts[i], list(tools[i]))
         res = tool_cache[key]
@@ -276,20 +280,27 @@ def quality_rates(flags: pd.DataFrame, *, by: Sequence[str]) -> pd.DataFrame:
     (rows where it applies) and ``<check>_rate`` (fraction passing, NaN when none apply);
     ``output_valid_rate``.
     """
-    frame = flags[list(by)].copy()
+    from console.analysis.metrics import group_codes
+
+    codes, out = group_codes(flags, by)
+    n = len(out)
+    out["n_requests"] = np.bincount(codes, minlength=n).astype(np.int64)
     for c in (*CHECKS, "exact_match"):
-        col = flags[c] if c in flags else pd.Series(pd.NA, index=flags.index, dtype="boolean")
-        frame[f"n_{c}"] = col.notna().astype(np.int64)
-        frame[f"_pass_{c}"] = col.fillna(False).astype(np.int64)
-    frame["_valid"] = flags["output_valid"].astype(np.int64)
-    grouped = frame.groupby(list(by), dropna=False, sort=True)
-    out = grouped.size().rename("n_requests").to_frame()
-    for c in (*CHECKS, "exact_match"):
-        n = grouped[f"n_{c}"].sum()
-        out[f"n_{c}"] = n
-        out[f"{c}_rate"] = (grouped[f"_pass_{c}"].sum() / n.where(n > 0)).astype(float)
-    out["output_valid_rate"] = grouped["_valid"].mean()
-    return out.reset_index()
+        if c in flags:
+            col = flags[c].astype("boolean")
+            applies = col.notna().to_numpy()
+            passed = col.fillna(False).to_numpy(dtype=bool)
+        else:
+            applies = passed = np.zeros(len(flags), dtype=bool)
+        n_c = np.bincount(codes, weights=applies, minlength=n)
+        out[f"n_{c}"] = n_c.astype(np.int64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[f"{c}_rate"] = np.where(
+                n_c > 0, np.bincount(codes, weights=passed, minlength=n) / n_c, np.nan
+            )
+    valid = flags["output_valid"].to_numpy(dtype=float)
+    out["output_valid_rate"] = np.bincount(codes, weights=valid, minlength=n) / out["n_requests"].to_numpy()
+    return out
 
 
 def quality_regressions(flags: pd.DataFrame, *, baseline_arm: str) -> pd.DataFrame:

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 BLOCK_ELEMENTS = 4_000_000  # counts per block of resamples (memory bound: 8 bytes each)
+WINDOW_SDS = 4.0  # half-width of the order-statistic window, in binomial standard deviations
 
 
 def _stat_q(stat: str) -> float | None:
@@ -78,7 +79,7 @@ class _Quantile:
         self.sorted_values = values[self.sorted_idx]
         self.q = q
         m = idx.size
-        margin = 4.0 * np.sqrt(max(m, 1) * max(q * (1 - q), 0.01)) + 5
+        margin = WINDOW_SDS * np.sqrt(max(m, 1) * max(q * (1 - q), 0.01)) + 5
         center = q * max(m - 1, 0)
         self.start = int(max(0, np.floor(center - margin)))
         self.stop = int(min(m, np.ceil(center + margin) + 2))
@@ -468,8 +469,9 @@ def _resolve_baseline(requests: pd.DataFrame, baseline_arm: str | None) -> str:
 
 
 def _align(frame: pd.DataFrame, universe: pd.MultiIndex, columns: Sequence[str]) -> pd.DataFrame:
-    dedup = frame.drop_duplicates(["request_id", "repeat"]).set_index(["request_id", "repeat"])
-    return dedup.reindex(universe)[list(columns)]
+    slim = frame[["request_id", "repeat", *columns]]
+    dedup = slim.drop_duplicates(["request_id", "repeat"]).set_index(["request_id", "repeat"])
+    return dedup.reindex(universe)
 
 
 def _cost_rows(costs: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
@@ -570,7 +572,9 @@ def comparison_compute(
       ``noise_floor_rel``, ``max_abs_delta``, ``aa_pass``.
     - ``knees``: per sweep x load x slice (``dimension``/``value`` null = all requests):
       ``points`` [{``arm``, ``k``, ``tpot_s_p50``}], ``steps`` [{``from_k``, ``to_k``,
-      ``gain_s``, ``gain_lo``, ``gain_hi``}], ``knee_k``, ``reached``.
+      ``gain_s``, ``gain_lo``, ``gain_hi``}], ``knee_k``, ``reached`` (see :func:`knee_find`). A
+      step's gain is TPOT p50 at the smaller k minus at the larger k (seconds, positive = faster),
+      each arm over its own requests with a TPOT, all on the same resamples.
     """
     from console.analysis.metrics import (
         acceptance_aggregate,
@@ -597,6 +601,10 @@ def comparison_compute(
     derived["met_deadline_f"] = derived["met_deadline"].astype(float)
     gaps = gaps_flatten(derived)
     steps = steps_flatten(derived)
+    # The list and text columns are flattened or checked now; dropping them keeps the many
+    # frame copies below cheap.
+    heavy = ["chunk_times", "chunk_tokens", "output_token_ids", "output_text", "drafted", "accepted"]
+    derived = derived.drop(columns=[*heavy, "response_format", "tools"], errors="ignore")
     runs = runs.copy()
     for col, default in (("accelerator_count", 1), ("energy_j", np.nan), ("mean_util", np.nan)):
         if col not in runs:

@@ -35,6 +35,32 @@ def test_it_matches_explicit_resampling_exactly():
             assert boots[("x", f"p{q}")][r] == pytest.approx(np.percentile(resample, q))
 
 
+def test_it_matches_explicit_resampling_with_ties_and_strata():
+    # Larger n: the order-statistic window is narrower than the data, and ties span its edges.
+    rng = np.random.default_rng(8)
+    values = rng.integers(0, 5, size=3000).astype(float)
+    strata = np.repeat([0, 1, 2], 1000)
+    boots = bootstrap_distributions(
+        {"x": values}, stats={"x": ("p50", "p99")}, strata=strata, n_boot=40, seed=2
+    )
+    counts = np.vstack(list(_count_blocks([1000, 1000, 1000], n_boot=40, seed=2)))
+    for r in range(40):
+        resample = np.repeat(values, counts[r].astype(int))  # strata are already contiguous here
+        assert boots[("x", "p50")][r] == pytest.approx(np.percentile(resample, 50))
+        assert boots[("x", "p99")][r] == pytest.approx(np.percentile(resample, 99))
+
+
+def test_it_stays_exact_when_a_resample_falls_outside_the_window(monkeypatch):
+    monkeypatch.setattr("console.analysis.stats.WINDOW_SDS", 0.0)  # a window of a few ranks only
+    values = np.random.default_rng(9).normal(size=400)
+    boots = bootstrap_distributions({"x": values}, stats={"x": ("p50", "p90")}, n_boot=60, seed=4)
+    counts = np.vstack(list(_count_blocks([400], n_boot=60, seed=4)))
+    for r in range(60):
+        resample = np.repeat(values, counts[r].astype(int))
+        assert boots[("x", "p50")][r] == pytest.approx(np.percentile(resample, 50))
+        assert boots[("x", "p90")][r] == pytest.approx(np.percentile(resample, 90))
+
+
 def test_it_resamples_within_each_stratum():
     counts = np.vstack(list(_count_blocks([3, 5], n_boot=40, seed=1)))
     # every resample draws 3 requests from stratum 0 and 5 from stratum 1
