@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 PASS, FAIL, NOT_MEASURED = "pass", "fail", "not_measured"
 
@@ -352,7 +352,7 @@ def memory_capacity_from_hardware(hardware: Iterable[Mapping[str, Any]]) -> floa
 # ---------------------------------------------------------------- helpers
 
 
-def _finite(x: Any) -> bool:
+def _finite(x: Any) -> TypeGuard[float]:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
@@ -648,7 +648,10 @@ def criterion_load_stability(facts: Mapping[str, Any], settings: Mapping[str, An
         {"label": "headline table", "anchor": "headline"},
         {"label": "TPOT vs load", "anchor": "tpot-vs-load"},
     ]
-    numbers, worse_in, worse_out, seen = [], [], [], 0
+    numbers: list[dict[str, Any]] = []
+    worse_in: list[str] = []
+    worse_out: list[str] = []
+    seen = 0
     for spec in settings["stability_metrics"]:
         metric, _, stat = spec.partition(":")
         for r in _rows(facts, metric=metric, stat=stat or None, traffic_class=None):

@@ -17,10 +17,10 @@ def decision_comparison(*, experiment: Experiment) -> dict[str, Any] | None:
     """The comparison summary of ``experiment`` from ``console.analysis``, or None when the
     analysis app does not provide it (yet) or has nothing to compare."""
     try:
-        from console.analysis.selectors import comparison_for_experiment  # type: ignore[attr-defined]
+        from console.analysis.selectors import comparison_for_experiment
     except ImportError:
         return None
-    summary = comparison_for_experiment(experiment)
+    summary = comparison_for_experiment(experiment=experiment)
     return dict(summary) if summary else None
 
 
