@@ -94,8 +94,11 @@ def _shared_path(name: str) -> Path:
     return path
 
 
-def _resolve_source(source: str) -> Trace | Path:
-    """A trace (``12``, ``trace:12``), a shared-data file (``shared:prompts/...``) or a file path."""
+def _resolve_source(source: str, *, allow_paths: bool = True) -> Trace | Path:
+    """A trace (``12``, ``trace:12``), a shared-data file (``shared:prompts/...``) or a file path.
+
+    Pages and the API pass ``allow_paths=False``: a server path must never be read on a user's behalf.
+    """
     text = str(source).strip()
     if text.startswith("trace:"):
         text = text.removeprefix("trace:")
@@ -108,6 +111,14 @@ def _resolve_source(source: str) -> Trace | Path:
         return trace
     if text.startswith("shared:"):
         return _shared_path(text.removeprefix("shared:"))
+    if not allow_paths:
+        raise TraceImportError(
+            [
+                TraceError(
+                    None, None, f"{source!r}: give a stored trace id (or a shared: data file), not a path"
+                )
+            ]
+        )
     path = Path(text).expanduser()
     if not path.is_file():
         raise TraceImportError([TraceError(None, None, f"no such file {text!r}")])
@@ -136,10 +147,14 @@ def _format_for(file: IO[bytes], *, filename: str, requested: str | None) -> str
 
 
 def prompt_pool_load(
-    *, source: str, token_counter: TokenCounter | None = None, max_bytes: int | None = None
+    *,
+    source: str,
+    token_counter: TokenCounter | None = None,
+    max_bytes: int | None = None,
+    allow_paths: bool = True,
 ) -> PromptPool:
     """A prompt pool from a stored trace with real content, or from a prompt file (any content format)."""
-    resolved = _resolve_source(source)
+    resolved = _resolve_source(source, allow_paths=allow_paths)
     if isinstance(resolved, Trace):
         if resolved.is_paired:
             raise TraceImportError(
@@ -193,9 +208,9 @@ def prompt_pool_load(
     return PromptPool(label=f"file {shown} ({len(prompts)} prompts, {fmt})", prompts=prompts)
 
 
-def _borrowed_arrivals(source: str, *, max_bytes: int) -> tuple[list[float], str]:
+def _borrowed_arrivals(source: str, *, max_bytes: int, allow_paths: bool) -> tuple[list[float], str]:
     """Arrival offsets (s, from 0, sorted) of a stored trace or a timing file, and a label."""
-    resolved = _resolve_source(source)
+    resolved = _resolve_source(source, allow_paths=allow_paths)
     if isinstance(resolved, Trace):
         values = list(resolved.requests.order_by("position").values_list("arrival_s", flat=True))
         label = f"trace {resolved.pk}"
@@ -325,6 +340,7 @@ def trace_import(
     token_counter: TokenCounter | None = None,
     token_counter_name: str = "",
     error_cap: int = 100,
+    allow_paths: bool = True,
 ) -> TraceImportResult:
     """Import a trace file in one transaction; raise ``TraceImportError`` (nothing stored) on bad input.
 
@@ -332,7 +348,8 @@ def trace_import(
     / ``trace``. ``pair_with``: prompt pool for a timing-only trace (trace id or file path).
     ``holdout_fraction`` in [0, 1]. ``max_bytes``: file size limit (bytes). ``token_counter``: counts
     tokens in a string (default: the documented chars/4 estimate). The same file with the same options
-    returns the stored trace (``created=False``) instead of a copy.
+    returns the stored trace (``created=False``) instead of a copy. ``allow_paths=False`` (pages, API)
+    limits ``pair_with`` and ``borrow:`` to stored traces and shared-data files.
     """
     file = _raw(file)
     filename = filename or Path(str(getattr(file, "name", "") or "upload")).name
@@ -380,10 +397,12 @@ def trace_import(
                     )
                 ]
             )
-        pool = prompt_pool_load(source=pair_with, token_counter=token_counter, max_bytes=max_bytes)
+        pool = prompt_pool_load(
+            source=pair_with, token_counter=token_counter, max_bytes=max_bytes, allow_paths=allow_paths
+        )
     borrowed = None
     if spec is not None and spec.kind == "borrow":
-        borrowed, label = _borrowed_arrivals(spec.source, max_bytes=max_bytes)
+        borrowed, label = _borrowed_arrivals(spec.source, max_bytes=max_bytes, allow_paths=allow_paths)
         spec = ArrivalSpec("borrow", source=label)
     builder = TraceBuilder(
         file,

@@ -1,4 +1,11 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from console.traces import views
 
 app_name = "traces"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.trace_list_view, name="list"),
+    path("upload/", views.trace_upload_view, name="upload"),
+    path("<int:pk>/", views.trace_detail_view, name="detail"),
+    path("<int:pk>/delete/", views.trace_delete_view, name="delete"),
+]

@@ -1,0 +1,84 @@
+"""python manage.py import_trace PATH [--name N] [--format F] [--arrival SPEC] [--pair-with SRC] [--holdout F] [--seed S]"""
+
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from console.traces.errors import TraceImportError
+from console.traces.parsers import PARSERS
+from console.traces.services import trace_import_path
+
+
+class Command(BaseCommand):
+    help = "Import a trace file; prints the trace id and a summary, or the list of errors (exit code 2)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("path")
+        parser.add_argument("--name", default="")
+        parser.add_argument("--format", dest="source_format", choices=sorted(PARSERS), default=None)
+        parser.add_argument(
+            "--arrival", default=None, help="constant:RATE, poisson:RATE, gamma:RATE:CV, borrow:SRC"
+        )
+        parser.add_argument(
+            "--pair-with", dest="pair_with", default=None, help="prompt pool: trace id or file path"
+        )
+        parser.add_argument("--holdout", type=float, default=0.3, help="holdout fraction, 0..1 (default 0.3)")
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--default-max-tokens", type=int, default=256)
+        parser.add_argument(
+            "--task", dest="default_task", default=None, help="task label where the file has none"
+        )
+        parser.add_argument("--max-bytes", type=int, default=None, help="size limit (bytes)")
+        parser.add_argument("--user", default=None, help="username recorded as the uploader")
+        parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    def handle(self, *args, path, user, json: bool = False, **options):  # noqa: A002 - argparse dest
+        uploaded_by = None
+        if user:
+            from django.contrib.auth import get_user_model
+
+            uploaded_by = get_user_model().objects.filter(username=user).first()
+            if uploaded_by is None:
+                raise CommandError(f"no user {user!r}")
+        keys = ("name", "source_format", "arrival", "pair_with", "seed", "default_max_tokens", "default_task")
+        kwargs = {k: options[k] for k in keys}
+        try:
+            result = trace_import_path(
+                path=path,
+                uploaded_by=uploaded_by,
+                holdout_fraction=options["holdout"],
+                max_bytes=options["max_bytes"],
+                **kwargs,
+            )
+        except FileNotFoundError:
+            raise CommandError(f"no such file: {path}") from None
+        except TraceImportError as exc:
+            for line in exc.lines():
+                self.stderr.write(line)
+            self.stderr.write(f"not imported: {exc.total} error(s); nothing was stored")
+            raise SystemExit(2) from None
+        trace = result.trace
+        if json:
+            from console.traces.selectors import trace_as_dict
+
+            self.stdout.write(_dumps({"created": result.created, "trace": trace_as_dict(trace, detail=True)}))
+            return
+        self.stdout.write(str(trace.pk))
+        summary = trace.summary or {}
+        self.stdout.write(result.message)
+        self.stdout.write(
+            f"trace {trace.pk} “{trace.name}”: {trace.request_count} requests, format {trace.source_format}, "
+            f"arrivals {trace.arrival_spec or 'trace'}, duration {summary.get('duration_s', 0)} s"
+        )
+        self.stdout.write(f"  by task: {summary.get('by_task', {})}")
+        self.stdout.write(f"  by class: {summary.get('by_class', {})}; split: {summary.get('by_split', {})}")
+        if trace.paired_with:
+            self.stdout.write(f"  PAIRED: prompts come from {trace.paired_with}, not from the trace")
+        for warning in trace.warnings:
+            self.stdout.write(f"  warning: {warning}")
+
+
+def _dumps(value) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)

@@ -1,0 +1,118 @@
+"""Trace pages: list, upload (with a progress bar), detail, delete. They parse input and call services."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
+
+from console.accounts.access import capability_required
+from console.accounts.roles import UPLOAD_TRACE
+from console.traces import selectors
+from console.traces.errors import TraceError, TraceImportError
+from console.traces.forms import TraceUploadForm
+from console.traces.models import Trace
+from console.traces.services import TraceInUseError, trace_delete, trace_import
+from console.traces.uploads import install_size_limit, refused_message
+
+
+@require_safe
+def trace_list_view(request: HttpRequest) -> HttpResponse:
+    return render(request, "traces/list.html", {"traces": selectors.trace_list()})
+
+
+@csrf_exempt  # the CSRF check runs in _upload, after the size-limit handler is in place
+@capability_required(UPLOAD_TRACE)
+@require_http_methods(["GET", "POST"])
+def trace_upload_view(request: HttpRequest) -> HttpResponse:
+    install_size_limit(request)
+    return _upload(request)
+
+
+@csrf_protect
+def _upload(request: HttpRequest) -> HttpResponse:
+    import_error: TraceImportError | None = None
+    xhr = request.headers.get("X-Requested-With") == "XMLHttpRequest"
+    if request.method == "POST":
+        form = TraceUploadForm(request.POST, request.FILES)
+        refused = refused_message(request)
+        if refused:
+            import_error = TraceImportError([TraceError(None, None, refused, "upload")])
+        elif form.is_valid():
+            data = form.cleaned_data
+            upload = data["file"]
+            try:
+                result = trace_import(
+                    file=upload,
+                    name=data["name"] or upload.name,
+                    uploaded_by=request.user,
+                    filename=upload.name,
+                    source_format=data["source_format"] or None,
+                    arrival=data["arrival"] or None,
+                    pair_with=data["pair_with"] or None,
+                    holdout_fraction=data["holdout_fraction"],
+                    seed=data["seed"],
+                    default_max_tokens=data["default_max_tokens"],
+                    allow_paths=False,
+                )
+            except TraceImportError as exc:
+                import_error = exc
+            else:
+                level = messages.SUCCESS if result.created else messages.INFO
+                messages.add_message(request, level, result.message)
+                url = f"/traces/{result.trace.pk}/"
+                return JsonResponse({"redirect": url}) if xhr else redirect(url)
+    else:
+        form = TraceUploadForm()
+    status = 400 if request.method == "POST" else 200
+    context = {"form": form, "import_error": import_error, "max_bytes": _max_bytes()}
+    return render(request, "traces/upload.html", context, status=status)
+
+
+def _max_bytes() -> int:
+    from django.conf import settings
+
+    return settings.SPECREVIEW_TRACE_MAX_BYTES
+
+
+def _get(pk: int) -> Trace:
+    try:
+        return selectors.trace_get(pk=pk)
+    except Trace.DoesNotExist:
+        raise Http404("no such trace") from None
+
+
+@require_safe
+def trace_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
+    trace = _get(pk)
+    samples = selectors.trace_sample_requests(trace=trace)
+    for r in samples:
+        r.metadata_json = json.dumps(r.metadata, ensure_ascii=False)  # type: ignore[attr-defined]
+    context = {
+        "trace": trace,
+        "summary": trace.summary or {},
+        "counts": selectors.trace_counts(trace=trace),
+        "figures": selectors.trace_figures(trace=trace),
+        "samples": samples,
+        "paired": selectors.trace_is_paired(trace=trace),
+        "content_kind": selectors.trace_content_kind(trace=trace),
+        "experiments": list(trace.experiments.order_by("-created_at")[:20]),
+    }
+    return render(request, "traces/detail.html", context)
+
+
+@capability_required(UPLOAD_TRACE)
+@require_POST
+def trace_delete_view(request: HttpRequest, pk: int) -> HttpResponse:
+    trace = _get(pk)
+    try:
+        trace_delete(trace=trace)
+    except TraceInUseError as exc:
+        messages.error(request, str(exc))
+        return redirect(f"/traces/{pk}/")
+    messages.success(request, f"Deleted trace {pk} ({trace.name}).")
+    return redirect("/traces/")
