@@ -185,3 +185,41 @@ def test_it_refuses_to_delete_a_trace_an_experiment_uses(engineer, tmp_path):
     Experiment.objects.all().delete()
     trace_delete(trace=trace)
     assert not Trace.objects.exists()
+
+
+@pytest.mark.django_db
+def test_it_imports_the_demo_trace_once(engineer):
+    from console.traces.services import trace_import_demo
+
+    first = trace_import_demo(uploaded_by=engineer)
+    again = trace_import_demo(uploaded_by=None)
+    assert first.created and not again.created and again.trace.pk == first.trace.pk
+    trace = first.trace
+    assert trace.request_count == 30 and not trace.warnings
+    tasks = trace.summary["by_task"]
+    assert set(tasks) == {"code", "chat", "math", "translation", "tool_call", "json"}
+    assert trace.requests.filter(tools__isnull=False).count() == tasks["tool_call"]
+    assert trace.requests.filter(response_format__isnull=False).count() == tasks["json"]
+    assert max(trace.requests.values_list("max_tokens", flat=True)) <= 96
+
+
+def test_it_builds_the_demo_trace_deterministically(shared_data, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "demo.jsonl"
+    subprocess.run(
+        [
+            sys.executable,
+            str(root / "scripts/build_demo_trace.py"),
+            "--data",
+            str(shared_data),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    assert out.read_bytes() == (root / "console/traces/demo/demo_trace.jsonl").read_bytes()
