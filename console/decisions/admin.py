@@ -1,34 +1,11 @@
-"""Admin: drafts may be inspected and corrected; a signed decision and every archive row are
-read-only here too (the model and the database refuse the write anyway)."""
+"""Admin: read-only. Decisions change only through the services (which audit every change);
+a signed decision and its archive rows are refused by the model and the database as well."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
 from console.decisions.models import ArchiveRecord, AuditEvent, Decision, SignOff
-
-
-@admin.register(Decision)
-class DecisionAdmin(admin.ModelAdmin):
-    list_display = ("id", "title", "status", "proposal", "experiment", "created_by", "created_at")
-    list_filter = ("status", "proposal")
-    readonly_fields = ("gate", "checklist", "comparison_key", "status", "created_by", "submitted_at")
-
-    def has_change_permission(self, request, obj=None):
-        if obj is not None and obj.is_signed:
-            return False
-        return super().has_change_permission(request, obj)
-
-    def has_delete_permission(self, request, obj=None):
-        if obj is not None and obj.is_signed:
-            return False
-        return super().has_delete_permission(request, obj)
-
-    def get_actions(self, request):
-        # Bulk delete would bypass the per-object check above.
-        actions = super().get_actions(request)
-        actions.pop("delete_selected", None)
-        return actions
 
 
 class _ReadOnlyAdmin(admin.ModelAdmin):
@@ -55,3 +32,15 @@ class ArchiveRecordAdmin(_ReadOnlyAdmin):
 @admin.register(AuditEvent)
 class AuditEventAdmin(_ReadOnlyAdmin):
     list_display = ("decision", "action", "actor", "actor_role", "at")
+
+
+@admin.register(Decision)
+class DecisionAdmin(_ReadOnlyAdmin):
+    list_display = ("id", "title", "status", "proposal", "experiment", "created_by", "created_at")
+    list_filter = ("status", "proposal")
+
+    def get_actions(self, request):
+        # Bulk delete would bypass the per-object permission check.
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions

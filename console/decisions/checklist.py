@@ -36,11 +36,31 @@ QUESTIONS: tuple[tuple[str, str], ...] = (
 )
 
 
+def trigger_valid(trigger: Any) -> bool:
+    """A trigger names a metric, a comparison (> >= < <=), a numeric threshold and a positive
+    window in minutes."""
+    if not isinstance(trigger, Mapping):
+        return False
+    threshold, window = trigger.get("threshold"), trigger.get("window_min")
+    return (
+        bool(str(trigger.get("metric") or "").strip())
+        and trigger.get("op") in (">", ">=", "<", "<=")
+        and isinstance(threshold, int | float)
+        and not isinstance(threshold, bool)
+        and isinstance(window, int | float)
+        and not isinstance(window, bool)
+        and window > 0
+    )
+
+
 def rollback_complete(plan: Mapping[str, Any]) -> list[str]:
     """What the rollback plan still lacks (empty when complete)."""
     missing = []
-    if not plan.get("triggers"):
+    triggers = plan.get("triggers") or []
+    if not triggers:
         missing.append("at least one trigger")
+    elif not all(trigger_valid(t) for t in triggers):
+        missing.append("a metric, comparison, numeric threshold and window on every trigger")
     if not plan.get("revert_config"):
         missing.append("the config to revert to")
     for key, label in (

@@ -260,6 +260,14 @@ def decision_bundle(*, decision: Decision) -> dict[str, Any]:
     )
     for key in ("facts", "stats_reported", "acceptance_by_task"):
         evidence.pop(key, None)
+    earlier = (
+        ArchiveRecord.objects.filter(decision_id=decision.supersedes_id).first()
+        if decision.supersedes_id
+        else None
+    )
+    evidence["supersedes"] = (
+        {"decision_id": earlier.decision_id, "record_sha256": earlier.record_sha256} if earlier else None
+    )
     events = [
         {
             "action": e.action,

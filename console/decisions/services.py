@@ -71,6 +71,36 @@ def _validate_arm(experiment: Experiment, proposal: str, arm: Arm | None) -> Non
         raise DecisionError("a proposal to enable speculation names its candidate config")
 
 
+def _validate_changes(changes: Mapping[str, Any]) -> None:
+    """Shapes of the JSON-valued fields (the API passes them straight through)."""
+    triggers = changes.get("rollback_triggers", [])
+    if not isinstance(triggers, list) or not all(checklist.trigger_valid(t) for t in triggers):
+        raise DecisionError(
+            "rollback_triggers: a list of {metric, op (> >= < <=), threshold (number), unit, window_min (> 0)}"
+        )
+    answers = changes.get("checklist_answers", {})
+    if not isinstance(answers, dict) or not all(
+        isinstance(v, dict) and v.get("answer") in (None, "", checklist.YES, checklist.NO)
+        for v in answers.values()
+    ):
+        raise DecisionError('checklist_answers: {key: {"answer": "yes" | "no", "note": text}}')
+    for key in ("gate_settings", "rollback_revert_config"):
+        if key in changes and not isinstance(changes[key], dict):
+            raise DecisionError(f"{key}: a JSON object")
+    for key in (
+        "title",
+        "rationale",
+        "policy_ref",
+        "rollback_steps",
+        "rollback_owner",
+        "rollback_verification",
+    ):
+        if key in changes and not isinstance(changes[key], str):
+            raise DecisionError(f"{key}: text")
+    if "proposal" in changes and changes["proposal"] not in Decision.Proposal.values:
+        raise DecisionError(f"unknown proposal {changes['proposal']!r}")
+
+
 def default_rollback_triggers(*, facts: Mapping[str, Any], traffic_class: str) -> list[dict[str, Any]]:
     """Triggers pre-filled from evidence: the promised class's p95 TPOT above the baseline's
     (seconds, over 10 minutes) and any schema-validity regression (count, over 5 minutes)."""
@@ -200,6 +230,7 @@ def decision_update(
     unknown = set(changes) - set(EDITABLE_FIELDS)
     if unknown:
         raise DecisionError(f"not editable: {', '.join(sorted(unknown))}")
+    _validate_changes(changes)
     changed = []
     for field, value in changes.items():
         if getattr(decision, field) != value:

@@ -100,6 +100,9 @@ def decision_detail(request: HttpRequest, pk: int):
         "events": selectors.decision_events(decision=decision),
         "superseded_by": selectors.decision_superseded_by(decision=decision),
         "comparison_url": comparison_url(decision.experiment_id),
+        "policy_link": decision.policy_ref
+        if decision.policy_ref.startswith(("/", "https://", "http://"))
+        else "",
         "can_edit": request.user.has_perm(roles.DRAFT_DECISION) and decision.status == Decision.Status.DRAFT,
         "can_sign": can_sign,
         "own_draft": decision.created_by_id == request.user.pk,

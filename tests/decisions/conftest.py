@@ -13,6 +13,12 @@ ENGINEER_ANSWERS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """The named users are created per test; PBKDF2 at full strength costs seconds each here."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def experiment(db, engineer):
     return experiment_make(created_by=engineer)

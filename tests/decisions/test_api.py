@@ -114,3 +114,25 @@ def test_it_edits_a_draft_and_refuses_to_edit_a_signed_decision(
 def test_it_documents_the_endpoints_in_openapi(client, viewer, api_token_for):
     paths = client.get("/api/openapi.json", **api_token_for(viewer)).json()["paths"]
     assert {"/api/decisions", "/api/decisions/{id}", "/api/decisions/{id}/signoff"} <= set(paths)
+
+
+def test_it_validates_json_fields_on_patch(client, draft, engineer, api_token_for):
+    headers = api_token_for(engineer)
+    url = f"/api/decisions/{draft.pk}"
+    bad = [
+        {"rollback_triggers": [{"metric": "p95 TPOT", "op": "about", "threshold": 1, "window_min": 10}]},
+        {"rollback_triggers": "p95 > 1"},
+        {"checklist_answers": {"production_traces": {"answer": "maybe"}}},
+        {"gate_settings": [1, 2]},
+        {"proposal": "ship_it"},
+    ]
+    for body in bad:
+        response = post_json(client, url, body, headers, method="patch")
+        assert response.status_code == 400, body
+    good = {
+        "rollback_triggers": [
+            {"metric": "acceptance rate", "op": "<", "threshold": 0.3, "unit": "", "window_min": 10}
+        ]
+    }
+    response = post_json(client, url, good, headers, method="patch")
+    assert response.status_code == 200 and response.json()["rollback"]["triggers"][0]["threshold"] == 0.3

@@ -203,5 +203,5 @@ def test_it_refuses_admin_edits_and_deletes_of_a_signed_decision(signed, admin_c
     assert Decision.objects.filter(pk=signed.pk).exists()
     fresh = Decision.objects.get(pk=signed.pk)
     assert fresh.title != "renamed" and fresh.rationale != "rewritten"
-    for model in ("signoff", "archiverecord", "auditevent"):
+    for model in ("decision", "signoff", "archiverecord", "auditevent"):
         assert admin_client.get(f"/admin/decisions/{model}/add/").status_code == 403
