@@ -381,10 +381,32 @@ def _step_groups(
     return codes.astype(np.int64), gkeys
 
 
+def steps_per_request(steps: pd.DataFrame, *, n_rows: int) -> pd.DataFrame:
+    """The steps summed per request: one row per request that has steps, with ``row``,
+    ``n_steps``, ``drafted`` and ``accepted`` (tokens). :func:`acceptance_aggregate` takes it in
+    place of the steps for groupings without ``position_bucket``, at a fraction of the cost."""
+    rows = steps["row"].to_numpy()
+    n_steps = np.bincount(rows, minlength=n_rows)
+    present = np.flatnonzero(n_steps)
+    return pd.DataFrame(
+        {
+            "row": present,
+            "n_steps": n_steps[present],
+            "drafted": np.bincount(rows, weights=steps["drafted"].to_numpy(), minlength=n_rows)[
+                present
+            ].astype(np.int64),
+            "accepted": np.bincount(rows, weights=steps["accepted"].to_numpy(), minlength=n_rows)[
+                present
+            ].astype(np.int64),
+        }
+    )
+
+
 def acceptance_aggregate(steps: pd.DataFrame, keys: pd.DataFrame, *, by: Sequence[str]) -> pd.DataFrame:
     """Acceptance per group. ``keys`` is the per-request frame whose positional rows ``steps.row``
     refers to; ``by`` may name its columns and ``position_bucket`` (then ``position_start``, the
     bucket's lower edge in tokens, is added for ordering). Groups without steps are absent.
+    ``steps`` may also be :func:`steps_per_request`'s frame (rows weighted by ``n_steps``).
 
     Columns: keys, ``steps`` (target passes), ``drafted`` and ``accepted`` (Σ tokens),
     ``acceptance_rate`` (Σaccepted / Σdrafted, NaN when nothing was drafted),
@@ -392,7 +414,8 @@ def acceptance_aggregate(steps: pd.DataFrame, keys: pd.DataFrame, *, by: Sequenc
     """
     codes, out = _step_groups(steps, keys, by)
     n = len(out)
-    out["steps"] = np.bincount(codes, minlength=n).astype(np.int64)
+    weights = steps["n_steps"].to_numpy() if "n_steps" in steps else None
+    out["steps"] = np.rint(np.bincount(codes, weights=weights, minlength=n)).astype(np.int64)
     out["drafted"] = np.bincount(codes, weights=steps["drafted"].to_numpy(), minlength=n).astype(np.int64)
     out["accepted"] = np.bincount(codes, weights=steps["accepted"].to_numpy(), minlength=n).astype(np.int64)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -51,21 +51,24 @@ def point_stat(values: np.ndarray, stat: str) -> float:
 
 def _count_blocks(sizes: Sequence[int], *, n_boot: int, seed: int) -> Iterator[np.ndarray]:
     """Yield float64 count matrices (resamples x requests), ``n_boot`` rows in total. Requests
-    are ordered by stratum: the first ``sizes[0]`` columns are stratum 0, and so on."""
+    are ordered by stratum: the first ``sizes[0]`` columns are stratum 0, and so on. Matrices are
+    Fortran-ordered (each request's counts contiguous), which the gathers below rely on."""
     rng = np.random.default_rng(seed)
     n = int(sum(sizes))
     block = max(1, min(n_boot, BLOCK_ELEMENTS // max(n, 1)))
     done = 0
     while done < n_boot:
         b = min(block, n_boot - done)
-        counts = np.empty((b, n), dtype=np.float64, order="F")  # column gathers stay contiguous
+        counts_t = np.empty((n, b), dtype=np.float64)  # requests x resamples
         start = 0
         for m in sizes:
-            draws = rng.integers(0, m, size=(b, m), dtype=np.int32 if b * m < 2**31 else np.int64)
-            draws += (np.arange(b, dtype=draws.dtype) * m)[:, None]
-            counts[:, start : start + m] = np.bincount(draws.ravel(), minlength=b * m).reshape(b, m)
+            dtype = np.int32 if b * m < 2**31 else np.int64
+            draws = rng.integers(0, m, size=(b, m), dtype=dtype)
+            draws *= b
+            draws += np.arange(b, dtype=dtype)[:, None]
+            counts_t[start : start + m] = np.bincount(draws.ravel(), minlength=b * m).reshape(m, b)
             start += m
-        yield counts
+        yield counts_t.T
         done += b
 
 
@@ -585,6 +588,7 @@ def comparison_compute(
         requests_derive,
         run_costs,
         steps_flatten,
+        steps_per_request,
     )
     from console.analysis.quality import exact_match, quality_flags, quality_rates, quality_regressions
     from console.analysis.slices import SLICE_DIMENSIONS, slices_assign
@@ -601,6 +605,7 @@ def comparison_compute(
     derived["met_deadline_f"] = derived["met_deadline"].astype(float)
     gaps = gaps_flatten(derived)
     steps = steps_flatten(derived)
+    request_steps = steps_per_request(steps, n_rows=len(derived))
     # The list and text columns are flattened or checked now; dropping them keeps the many
     # frame copies below cheap.
     heavy = ["chunk_times", "chunk_tokens", "output_token_ids", "output_text", "drafted", "accepted"]
@@ -615,7 +620,7 @@ def comparison_compute(
     costs = costs.rename(columns={"output_tokens": "cost_output_tokens"}).drop(columns=["n_requests"])
 
     def with_extras(agg: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-        acc = acceptance_aggregate(steps, derived, by=by)
+        acc = acceptance_aggregate(request_steps, derived, by=by)
         qual = quality_rates(derived, by=by)
         out = agg.merge(acc, on=by, how="left").merge(qual.drop(columns=["n_requests"]), on=by, how="left")
         for col in ("steps", "drafted", "accepted"):
@@ -838,19 +843,18 @@ def comparison_compute(
     slices_out = pd.concat(slice_rows, ignore_index=True) if slice_rows else pd.DataFrame()
 
     # Acceptance tables.
-    cand_steps = steps
     acceptance = {
-        "by_task": _records(acceptance_aggregate(cand_steps, derived, by=["arm", "load", "task"])),
+        "by_task": _records(acceptance_aggregate(request_steps, derived, by=["arm", "load", "task"])),
         "by_traffic_class": _records(
-            acceptance_aggregate(cand_steps, derived, by=["arm", "load", "traffic_class"])
+            acceptance_aggregate(request_steps, derived, by=["arm", "load", "traffic_class"])
         ),
-        "by_position": _records(acceptance_by_position(cand_steps, derived, by=["arm", "load"])),
-        "by_task_position": _records(acceptance_by_position(cand_steps, derived, by=["arm", "load", "task"])),
+        "by_position": _records(acceptance_by_position(steps, derived, by=["arm", "load"])),
+        "by_task_position": _records(acceptance_by_position(steps, derived, by=["arm", "load", "task"])),
         "by_output_position": _records(
-            acceptance_aggregate(cand_steps, derived, by=["arm", "load", "position_bucket"])
+            acceptance_aggregate(steps, derived, by=["arm", "load", "position_bucket"])
         ),
         "by_task_output_position": _records(
-            acceptance_aggregate(cand_steps, derived, by=["arm", "load", "task", "position_bucket"])
+            acceptance_aggregate(steps, derived, by=["arm", "load", "task", "position_bucket"])
         ),
     }
 

@@ -15,6 +15,7 @@ from console.analysis.metrics import (
     requests_derive,
     run_costs,
     steps_flatten,
+    steps_per_request,
 )
 from console.analysis.slices import bucket_assign, slices_assign
 from tests.analysis.builders import frame, request_row, runs_frame
@@ -301,3 +302,18 @@ def test_it_slices_output_length_by_the_baselines_answer():
     # both arms land in the baseline's bucket (10 tokens), so the slice stays paired
     assert sliced["output_bucket"].tolist() == ["0-32", "0-32"]
     assert sliced["prompt_bucket"].tolist() == ["0-256", "0-256"]
+
+
+def test_it_aggregates_acceptance_the_same_from_per_request_sums():
+    rows = frame(
+        _spec_request(request_id="a", drafted=[3, 3, 3], accepted=[3, 0, 1], num_output_tokens=8, task="code"),
+        _spec_request(request_id="b", drafted=[2], accepted=[1], num_output_tokens=3, task="chat"),
+        _spec_request(request_id="c", drafted=[4, 4], accepted=[0, 4], num_output_tokens=7, task="code"),
+    )
+    steps = steps_flatten(rows)
+    direct = acceptance_aggregate(steps, rows, by=["task"])
+    summed = acceptance_aggregate(steps_per_request(steps, n_rows=len(rows)), rows, by=["task"])
+    pd.testing.assert_frame_equal(direct, summed)
+    code = direct.set_index("task").loc["code"]
+    assert code["acceptance_rate"] == pytest.approx(8 / 17)  # (3 + 0 + 1 + 0 + 4) / (9 + 8)
+    assert code["accepted_per_pass"] == pytest.approx(13 / 5)  # (8 accepted + 5 steps) / 5 steps
