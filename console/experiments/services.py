@@ -41,6 +41,12 @@ def serving_config_validate(
     if speculative_config is not None and not isinstance(speculative_config, dict):
         return ["speculative_config must be a JSON object or null"]
     if speculative_config is not None:
+        # Checked for every engine, including servers whose config is only descriptive.
+        if not speculative_config.get("method"):
+            return ['speculative_config needs a "method" (ngram, draft_model, eagle, eagle3, mtp, suffix, ...)']
+        k = speculative_config.get("num_speculative_tokens")
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            return [f"num_speculative_tokens must be an integer >= 1, got {k!r}"]
         other = speculative_config.get("engine")
         if other is not None and other != engine:
             return [f"a candidate on engine {other!r} cannot be compared with a baseline on {engine!r}"]

@@ -16,7 +16,10 @@ from console.experiments.services import (
     experiment_create,
     experiment_start,
     run_retry,
+    runs_reap_stale,
 )
+
+STALE_AFTER_S = 600.0  # progress is written every second or two while a run is alive
 
 
 @require_safe
@@ -58,6 +61,9 @@ def experiment_live(request, pk: int):
 
 
 def _detail_context(experiment: Experiment) -> dict:
+    if experiment.status == Experiment.Status.RUNNING:
+        runs_reap_stale(older_than_s=STALE_AFTER_S)
+        experiment.refresh_from_db()
     runs = list(experiment.runs.select_related("arm").order_by("order"))
     return {
         "experiment": experiment,

@@ -65,7 +65,7 @@ class Command(BaseCommand):
             path = model_fetch(name=name, progress=True)
             self.stdout.write(f"  {name}: {path}")
         self.stdout.write(self.style.MIGRATE_HEADING("2/4 trace"))
-        trace = trace_import_demo(uploaded_by=users["engineer"])
+        trace = trace_import_demo(uploaded_by=users["engineer"]).trace
         self.stdout.write(f"  trace {trace.pk}: {trace.name}, {trace.request_count} requests")
 
         candidates = [

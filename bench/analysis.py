@@ -1,0 +1,81 @@
+"""How long the comparison takes: 9 runs x 10,000 requests of synthetic results in Postgres.
+
+Prints the cold compute time (DataFrame load + every metric, interval and knee) and the warm
+page render time (cached summary -> HTML), with the row counts. Targets: cold < 5 s, warm
+render < 300 ms. Uses DATABASE_URL (a Postgres database it creates and drops:
+<name>_bench_analysis).
+
+    .venv/bin/python bench/analysis.py [--requests 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=10_000, help="requests per run (9 runs)")
+    parser.add_argument("--n-boot", type=int, default=1000)
+    args = parser.parse_args()
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/specreview")
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test.utils import setup_databases, teardown_databases
+
+    settings.DATABASES["default"]["TEST"] = {"NAME": settings.DATABASES["default"]["NAME"] + "_bench_analysis"}
+    old = setup_databases(verbosity=0, interactive=False)
+    try:
+        from django.test import Client
+
+        from console.accounts.services import user_create
+        from console.analysis.models import ComparisonCache, RequestResult
+        from console.analysis.selectors import comparison_for_experiment
+        from console.analysis.synthetic import experiment_synthesize
+
+        t = time.perf_counter()
+        # baseline + k=2 + k=4 at 1x, 2x, 4x, one repeat = 9 runs
+        experiment = experiment_synthesize(n_requests=args.requests, ks=(2, 4), loads="1x,2x,4x", repeats=1)
+        print(f"built {experiment.runs.count()} runs, {RequestResult.objects.count():,} request rows "
+              f"in {time.perf_counter() - t:.1f} s ({connection.vendor})")
+
+        ComparisonCache.objects.all().delete()
+        t = time.perf_counter()
+        summary = comparison_for_experiment(experiment=experiment, n_boot=args.n_boot)
+        cold = time.perf_counter() - t
+        print(f"cold comparison: {cold:.2f} s  (target < 5 s; {len(summary['headline'])} headline rows, "
+              f"{len(summary['slices'])} slice rows, n_boot={args.n_boot})")
+
+        user = user_create(username="bench", password="bench-password", role="viewer")
+        client = Client()
+        client.force_login(user)
+        url = f"/analysis/experiments/{experiment.pk}/"
+        client.get(url)  # warm the cache and the template loader
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            response = client.get(url)
+            times.append(time.perf_counter() - t)
+            assert response.status_code == 200
+        warm = sorted(times)[len(times) // 2]
+        print(f"warm page render: {warm * 1000:.0f} ms median of 5  (target < 300 ms; {len(response.content):,} bytes)")
+        print(f"ratios: cold/target = {cold / 5:.2f}, warm/target = {warm / 0.3:.2f}")
+        call_command("flush", verbosity=0, interactive=False)
+    finally:
+        teardown_databases(old, verbosity=0)
+
+
+if __name__ == "__main__":
+    main()
