@@ -9,6 +9,7 @@ from typing import Any
 from django import forms
 
 from console.decisions import checklist as checklist_mod
+from console.decisions import gate
 from console.decisions.models import Decision
 from console.experiments.models import Arm, Experiment
 from console.traces.models import TRAFFIC_CLASSES
@@ -103,6 +104,13 @@ class DecisionEditForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.decision = decision
         self.fields["candidate_arm"].queryset = decision.experiment.arms.filter(is_baseline=False)  # type: ignore[attr-defined]
+        measured = ((decision.gate or {}).get("facts") or {}).get("memory") or {}
+        if measured.get("capacity_bytes"):
+            self.fields[
+                "memory_capacity_gib"
+            ].help_text = (
+                f"empty: the measured {measured['capacity_bytes'] / 2**30:.2f} GiB from the run hardware"
+            )
         for item in decision.checklist or []:
             key = item["key"]
             if item["source"] == "engineer":
@@ -117,6 +125,7 @@ class DecisionEditForm(forms.Form):
     @staticmethod
     def initial_for(decision: Decision) -> dict[str, Any]:
         gs = decision.gate_settings or {}
+        resolved = gate.gate_settings_resolve(gs)
         capacity = gs.get("memory_capacity_bytes")
         initial: dict[str, Any] = {
             "title": decision.title,
@@ -127,7 +136,7 @@ class DecisionEditForm(forms.Form):
             "policy_ref": decision.policy_ref,
             "policy": json.dumps(decision.policy, indent=2) if decision.policy else "",
             "loads_in_scope": ", ".join(gs.get("loads_in_scope") or []),
-            "memory_fraction": gs.get("memory_fraction"),
+            "memory_fraction": resolved["memory_fraction"],
             "memory_capacity_gib": capacity / 2**30 if capacity else None,
             "rollback_triggers": triggers_format(decision.rollback_triggers),
             "rollback_steps": decision.rollback_steps,
