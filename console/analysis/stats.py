@@ -405,8 +405,20 @@ HEADLINE_STATS: dict[str, tuple[str, ...]] = {
     "success": ("mean",),
 }
 HIGHER_IS_BETTER: frozenset[str] = frozenset({"met_deadline", "success"})
-# Slice comparisons get intervals on these means only (cheap: no order statistics).
-SLICE_INTERVAL_METRICS: tuple[str, ...] = ("tpot_s", "success")
+# Paired slice comparisons with intervals, per slice dimension: metric -> statistics. The traffic
+# class (the class a release promises a latency benefit to) gets the latency percentiles; the
+# other dimensions get means only, which cost no order statistics.
+SLICE_INTERVALS: dict[str, dict[str, tuple[str, ...]]] = {
+    "traffic_class": {
+        "ttft_s": ("mean", "p50", "p95", "p99"),
+        "tpot_s": ("mean", "p50", "p95", "p99"),
+        "e2e_s": ("mean", "p50", "p95", "p99"),
+        "success": ("mean",),
+    },
+    "task": {"tpot_s": ("mean",), "e2e_s": ("mean",), "success": ("mean",)},
+    "prompt_bucket": {"tpot_s": ("mean",), "success": ("mean",)},
+    "output_bucket": {"tpot_s": ("mean",), "success": ("mean",)},
+}
 # Per-slice point estimates copied into each slice row, with a delta against the baseline.
 SLICE_POINT_COLUMNS: tuple[str, ...] = (
     "ttft_s_p95",
@@ -546,7 +558,7 @@ def comparison_compute(
       queue_s, itl_chunk_mean_s (per request), itl_chunk_s, itl_token_s (pooled gaps) and stat in
       p50/p90/p95/p99/mean; ``completed_rps``, ``goodput_rps``, ``output_tokens_per_s``,
       ``deadline_attainment``; ``steps``, ``drafted``, ``accepted``, ``acceptance_rate``,
-      ``accepted_per_pass``; ``accelerator_hours``, ``cost_usd``, ``successes``,
+      ``accepted_per_pass``; ``accelerator_hours``, ``cost_usd``, ``successes``, ``success_mean`` (fraction),
       ``peak_memory_bytes`` (max over runs), ``mean_util``, ``energy_j`` (null unless every run
       measured it), ``energy_cost_included``, ``cost_per_success_usd`` (+ ``_reason``, set when it
       is null), ``cost_per_million_output_tokens_usd`` (+ ``_reason``); quality rates
@@ -562,7 +574,10 @@ def comparison_compute(
     - ``slices``: one row per dimension x value x arm x load: ``dimension``, ``value``, the
       aggregate columns as in ``headline`` (no pooled gaps), acceptance, quality rates,
       ``<col>_delta`` (candidate - baseline point estimate) for ``SLICE_POINT_COLUMNS``, and
-      ``<metric>_mean_delta``/``_lo``/``_hi`` intervals for ``SLICE_INTERVAL_METRICS``.
+      ``success_mean`` (fraction of the slice's requests that succeeded), and paired intervals
+      ``<metric>_<stat>_delta``/``_delta_lo``/``_delta_hi`` for the metrics and statistics
+      ``SLICE_INTERVALS`` lists for that dimension (over requests defined in both arms; the
+      paired delta overrides the point delta of the same name).
     - ``acceptance``: ``by_task``, ``by_traffic_class`` (arm x load x key), ``by_position``
       (arm x load x draft position j: ``proposed``, ``accepted``, ``rate``),
       ``by_output_position`` (arm x load x ``position_bucket``), ``by_task_output_position``.
@@ -583,6 +598,7 @@ def comparison_compute(
         acceptance_aggregate,
         acceptance_by_position,
         gaps_flatten,
+        group_codes,
         metrics_aggregate,
         request_success,
         requests_derive,
@@ -622,7 +638,12 @@ def comparison_compute(
     def with_extras(agg: pd.DataFrame, by: list[str]) -> pd.DataFrame:
         acc = acceptance_aggregate(request_steps, derived, by=by)
         qual = quality_rates(derived, by=by)
+        codes, success = group_codes(derived, by)
+        success["success_mean"] = np.bincount(codes, weights=derived["success"].to_numpy()) / np.bincount(
+            codes
+        )
         out = agg.merge(acc, on=by, how="left").merge(qual.drop(columns=["n_requests"]), on=by, how="left")
+        out = out.merge(success, on=by, how="left")
         for col in ("steps", "drafted", "accepted"):
             out[col] = out[col].fillna(0).astype(np.int64)
         return out
@@ -689,7 +710,8 @@ def comparison_compute(
             notes.append(f"load {load}: no baseline rows, no paired comparison")
             continue
         universe = pd.MultiIndex.from_frame(base_rows[["request_id", "repeat"]].drop_duplicates())
-        needed = sorted({*metric_cols.values(), *SLICE_INTERVAL_METRICS, KNEE_METRIC, *SLICE_DIMENSIONS})
+        slice_metrics = {m for spec in SLICE_INTERVALS.values() for m in spec}
+        needed = sorted({*metric_cols.values(), *slice_metrics, KNEE_METRIC, *SLICE_DIMENSIONS})
         base_al = _align(base_rows, universe, needed)
         strata = universe.get_level_values("repeat").to_numpy()
         columns: dict[Hashable, np.ndarray] = {}
@@ -710,14 +732,14 @@ def comparison_compute(
                 dim_values = base_al[dim].to_numpy()
                 for value in pd.unique(dim_values[pd.notna(dim_values)]):
                     in_slice = dim_values == value
-                    for m in SLICE_INTERVAL_METRICS:
+                    for m, m_stats in SLICE_INTERVALS.get(dim, {}).items():
                         b = base_al[m].to_numpy(dtype=float)
                         c = cand_al[m].to_numpy(dtype=float)
                         both = np.isfinite(b) & np.isfinite(c) & in_slice
                         columns[(arm, m, "base", dim, value)] = np.where(both, b, np.nan)
                         columns[(arm, m, "cand", dim, value)] = np.where(both, c, np.nan)
                         col_stats[(arm, m, "base", dim, value)] = col_stats[(arm, m, "cand", dim, value)] = (
-                            "mean",
+                            m_stats
                         )
         knee_specs = []
         for name, arm_ks in sweeps.items():
@@ -778,20 +800,21 @@ def comparison_compute(
             for key in [k for k in columns if len(k) == 5 and k[0] == arm and k[2] == "cand"]:
                 _, m, _, dim, value = key
                 bkey = (arm, m, "base", dim, value)
-                res = _compare_row(
-                    point_stat(columns[bkey], "mean"),
-                    point_stat(columns[key], "mean"),
-                    boots[(bkey, "mean")],
-                    boots[(key, "mean")],
-                    ci=ci,
-                )
-                slice_intervals.setdefault((arm, load, dim, value), {}).update(
-                    {
-                        f"{m}_mean_delta": res["delta"],
-                        f"{m}_mean_delta_lo": res["delta_lo"],
-                        f"{m}_mean_delta_hi": res["delta_hi"],
-                    }
-                )
+                for st in col_stats[key]:
+                    res = _compare_row(
+                        point_stat(columns[bkey], st),
+                        point_stat(columns[key], st),
+                        boots[(bkey, st)],
+                        boots[(key, st)],
+                        ci=ci,
+                    )
+                    slice_intervals.setdefault((arm, load, dim, value), {}).update(
+                        {
+                            f"{m}_{st}_delta": res["delta"],
+                            f"{m}_{st}_delta_lo": res["delta_lo"],
+                            f"{m}_{st}_delta_hi": res["delta_hi"],
+                        }
+                    )
         for name, points, dim, value in knee_specs:
             pts, step_rows, gains, widths = [], [], [], []
             for k, arm in points:
@@ -839,7 +862,10 @@ def comparison_compute(
             ],
             index=frame.index,
         )
-        slice_rows.append(pd.concat([frame, extra], axis=1))
+        for col in extra.columns:
+            # A paired interval's own delta replaces the unpaired point delta of the same name.
+            frame[col] = extra[col].where(extra[col].notna(), frame[col]) if col in frame else extra[col]
+        slice_rows.append(frame)
     slices_out = pd.concat(slice_rows, ignore_index=True) if slice_rows else pd.DataFrame()
 
     # Acceptance tables.

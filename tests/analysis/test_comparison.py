@@ -98,6 +98,13 @@ def test_it_slices_by_every_dimension(summary):
     chat = _row(summary["slices"], dimension="task", value="chat", arm="k4", load="1x")
     assert chat["tpot_s_mean_delta_lo"] <= chat["tpot_s_mean_delta"] <= chat["tpot_s_mean_delta_hi"]
     assert chat["tpot_s_p50_delta"] < 0
+    assert chat["success_mean"] == 1.0  # nothing fails, everything is valid and in time
+    interactive = _row(summary["slices"], dimension="traffic_class", value="interactive", arm="k4", load="1x")
+    for metric in ("ttft_s", "tpot_s", "e2e_s"):
+        for stat in ("mean", "p50", "p95", "p99"):
+            lo, d, hi = (interactive[f"{metric}_{stat}_delta{x}"] for x in ("_lo", "", "_hi"))
+            assert lo <= d <= hi, (metric, stat)
+    assert interactive["tpot_s_p95_delta_hi"] < 0
 
 
 def test_it_measures_the_noise_floor_over_baseline_repeats(summary):
