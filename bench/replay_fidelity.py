@@ -220,11 +220,23 @@ def main() -> int:
     parser.add_argument(
         "--tokenizer", default=str(Path.home() / ".cache" / "specreview" / "models" / "smollm2-135m")
     )
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="niceness increment for this process, the server and every tool alike (negative needs root): "
+        "keeps other work on a shared machine from dominating the numbers",
+    )
     args = parser.parse_args()
+    if args.nice:
+        os.nice(args.nice)  # inherited by the server and the tools, so the comparison stays fair
     rates = [float(r) for r in args.rates.split(",")]
     tools = args.tools.split(",")
     load = os.getloadavg()
-    print(f"replay fidelity on {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(
+        f"replay fidelity on {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
+        f"niceness {os.nice(0)}"
+    )
     vpy, gl = vllm_python(), guidellm_command()
     print(f"vllm bench serve: {vpy or 'not installed'}; guidellm: {gl or 'not installed'}")
     server = stream_server_spawn(script=Script(ttft_s=0.0, tokens=[1]), model=MODEL)

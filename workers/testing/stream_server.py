@@ -46,6 +46,7 @@ from workers.engines.base import Chunk, Engine, EngineError, EngineRequest
 
 SCRIPT_PREFIX = "script:"
 TOKEN_ID_BASE = 1000  # scripted token ids are TOKEN_ID_BASE + position
+MAX_LOG = 200_000  # requests kept in the log; the oldest half goes when it is full
 
 
 @dataclass
@@ -302,6 +303,8 @@ class StreamServer:
             "peer_port": (writer.get_extra_info("peername") or (None, None))[1],
         }
         self.log.append(record)
+        if len(self.log) > MAX_LOG:
+            del self.log[: MAX_LOG // 2]  # a long-running demo server must not grow forever
         try:
             body = json.loads(raw or b"{}")
             if not isinstance(body, dict):
