@@ -6,9 +6,14 @@ issue's bounds: TTFT and chunk gaps within 2 ms of that truth, send times within
 schedule at 200 requests/s. On a shared 2-core machine another process can take the CPU
 for a few milliseconds at any moment, so the 2 ms bound is asserted on the 95th
 percentile, a looser bound on the worst case, and the whole distribution is in the message.
+Where allowed (root, or CAP_SYS_NICE), the client and the server run at a raised priority
+for these tests, so that other work on a shared machine does not decide the result; the
+priority they ran at is in the message too.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -21,10 +26,20 @@ BOUND_S = 0.002
 WORST_S = 0.025
 
 
+RAISED_NICENESS = -10
+
+
 @pytest.fixture(scope="module")
 def server():
     srv = stream_server_spawn(script=Script(ttft_s=0.0, tokens=[1]), model="tiny")
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, RAISED_NICENESS)
+        os.setpriority(os.PRIO_PROCESS, srv.proc.pid, RAISED_NICENESS)
+    except PermissionError:
+        pass  # an unprivileged run measures at normal priority; the messages say which
     yield srv
+    os.setpriority(os.PRIO_PROCESS, 0, before)
     srv.stop()
 
 
@@ -42,7 +57,8 @@ def _describe(errors: list[float]) -> str:
     values = sorted(abs(e) for e in errors)
     return (
         f"n={len(values)} p50={percentile(values=values, q=50) * 1e3:.3f} ms "
-        f"p95={percentile(values=values, q=95) * 1e3:.3f} ms max={values[-1] * 1e3:.3f} ms"
+        f"p95={percentile(values=values, q=95) * 1e3:.3f} ms max={values[-1] * 1e3:.3f} ms "
+        f"(niceness {os.getpriority(os.PRIO_PROCESS, 0)}, load average {os.getloadavg()[0]:.1f})"
     )
 
 
