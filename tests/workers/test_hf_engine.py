@@ -292,3 +292,28 @@ def test_it_reports_versions_memory_and_counters(baseline):
     assert versions["transformers"].startswith("5.")
     assert baseline.memory()["rss_bytes"] > 100 * 2**20
     assert baseline.counters()["requests"] >= 1
+
+
+@pytest.mark.model
+def test_it_stops_cleanly_with_a_request_running_and_one_queued():
+    engine = HFEngine()
+    engine.start(_config())
+
+    async def go():
+        running = engine.stream(EngineRequest(request_id="r1", max_tokens=500, prompt=COUNTING))
+        queued = engine.stream(EngineRequest(request_id="r2", max_tokens=500, prompt=COUNTING))
+        first = await running.__anext__()
+        waiting = asyncio.ensure_future(queued.__anext__())
+        await asyncio.sleep(0)
+        t0 = time.perf_counter()
+        await asyncio.to_thread(engine.stop)
+        rest = [c async for c in running]
+        with pytest.raises(EngineError, match="stopped before request 'r2'"):
+            await waiting
+        return first, rest, time.perf_counter() - t0
+
+    first, rest, took = asyncio.run(go())
+    assert first.token_ids
+    assert len(rest) < 499 and all(c.finish_reason is None for c in rest)
+    assert took < 30
+    engine.stop()  # twice is fine

@@ -183,6 +183,8 @@ class HFEngine:
         self._executor: ThreadPoolExecutor | None = None
         self._eos_ids: set[int] = set()
         self._counters_lock = threading.Lock()
+        self._active: set[threading.Event] = set()  # cancel flags of requests queued or running
+        self._stopping = False
         self._counters = self._zero_counters()
         self._info: dict[str, str] = {}
 
@@ -261,6 +263,7 @@ class HFEngine:
         self._eos_ids = self._eos_set()
         self._plan = plan
         self._config = config
+        self._stopping = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-engine")
 
     def _eos_set(self) -> set[int]:
@@ -274,7 +277,12 @@ class HFEngine:
 
     def stop(self) -> None:
         if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
+            # Cancel the running request at its next step and let queued ones fail fast, so
+            # every consumer hears why its stream ended.
+            self._stopping = True
+            for cancel in list(self._active):
+                cancel.set()
+            self._executor.shutdown(wait=True)
             self._executor = None
         self._model = self._draft = self._tokenizer = self._draft_tokenizer = None
         gc.collect()
@@ -392,12 +400,17 @@ class HFEngine:
 
         def run() -> None:
             try:
+                if self._stopping:
+                    raise EngineError(
+                        f"the hf engine was stopped before request {request.request_id!r} finished"
+                    )
                 self._generate(request, emit, cancel)
             except BaseException as exc:  # handed to the consumer, which re-raises it
                 emit(exc)
             finally:
                 emit(_END)
 
+        self._active.add(cancel)
         future = loop.run_in_executor(self._executor, run)
         tok = self._tokenizer
         ids: list[int] = []
@@ -432,6 +445,7 @@ class HFEngine:
                 )
         finally:
             cancel.set()
+            self._active.discard(cancel)
             if not future.done():
                 # Let a cancelled request's thread wind down without blocking the event loop.
                 future.add_done_callback(lambda f: f.exception())
