@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workers.engines.base import Engine, EngineError, EngineRequest
-from workers.telemetry import TelemetrySampler
+from workers.telemetry import TelemetrySampler, hardware_describe
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +130,8 @@ class ReplayResult:
     counters_after: dict[str, Any]
     counters_delta: dict[str, Any]
     telemetry: dict[str, Any]
+    versions: dict[str, str]  # the engine's and its libraries' versions
+    hardware: dict[str, Any]  # CPU model and count, memory, GPUs (see telemetry.hardware_describe)
 
     @property
     def failed(self) -> list[RequestRecord]:
@@ -404,6 +406,8 @@ async def replay_run(
         counters_after=counters_after,
         counters_delta=counters_delta(before=counters_before, after=counters_after),
         telemetry=telemetry_summary,
+        versions=engine.versions(),
+        hardware=hardware_describe(),
     )
 
 

@@ -44,6 +44,39 @@ def nvml_load() -> ModuleType | None:
     return pynvml
 
 
+def hardware_describe(*, nvml: ModuleType | None = _AUTO) -> dict[str, Any]:
+    """What the run ran on: CPU model and count, memory (bytes), and each GPU's name and memory."""
+    import platform
+
+    cpu_model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    cpu_model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass  # not Linux: platform's answer stands
+    out: dict[str, Any] = {
+        "cpu_model": cpu_model,
+        "cpu_count": psutil.cpu_count(logical=True),
+        "memory_bytes": psutil.virtual_memory().total,
+        "gpus": [],
+    }
+    nvml = nvml_load() if nvml is _AUTO else nvml
+    if nvml is not None:
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            name = nvml.nvmlDeviceGetName(handle)
+            out["gpus"].append(
+                {
+                    "name": name.decode() if isinstance(name, bytes) else str(name),
+                    "memory_bytes": int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+                }
+            )
+    return out
+
+
 class TelemetrySampler:
     """Sample this process (and children) and, where present, the GPUs, until stopped."""
 

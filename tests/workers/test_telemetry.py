@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from workers.telemetry import TelemetrySampler
+from workers.telemetry import TelemetrySampler, hardware_describe
 
 
 def test_it_sees_the_memory_of_a_child_process_and_counts_cpu_time():
@@ -62,6 +62,9 @@ class FakeNVML:
     def nvmlDeviceGetHandleByIndex(self, index):  # noqa: N802
         return index
 
+    def nvmlDeviceGetName(self, handle):  # noqa: N802
+        return b"NVIDIA H200" if handle == 0 else "NVIDIA H100 80GB HBM3"
+
     def nvmlDeviceGetMemoryInfo(self, handle):  # noqa: N802
         self.tick += 1
         used = (1 + handle) * 10**9 + (min(self.tick, 10) * 10**8 if handle == 0 else 0)
@@ -108,3 +111,12 @@ def test_it_integrates_power_when_the_energy_counter_is_not_supported():
 def test_it_refuses_to_stop_before_it_started():
     with pytest.raises(RuntimeError, match="not started"):
         TelemetrySampler(nvml=None).stop()
+
+
+def test_it_describes_the_cpu_and_the_gpus():
+    here = hardware_describe(nvml=None)
+    assert here["cpu_count"] >= 1 and here["memory_bytes"] > 2**30 and here["cpu_model"]
+    assert here["gpus"] == []
+    gpus = hardware_describe(nvml=FakeNVML())["gpus"]  # type: ignore[arg-type]
+    assert [g["name"] for g in gpus] == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
+    assert [g["memory_bytes"] for g in gpus] == [80 * 10**9, 80 * 10**9]
