@@ -12,7 +12,7 @@ from console.traces.selectors import pairing_pool_choices
 
 class TraceUploadForm(forms.Form):
     file = forms.FileField(
-        help_text="JSONL, JSON or CSV; see the trace format page for every accepted format."
+        help_text="JSONL, JSON or CSV; docs/trace-format.md lists every accepted format."
     )
     name = forms.CharField(max_length=200, required=False, help_text="Defaults to the file name.")
     source_format = forms.ChoiceField(
