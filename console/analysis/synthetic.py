@@ -118,7 +118,7 @@ def experiment_synthesize(
         run.status = "done"
         run.started_at = now
         run.finished_at = now
-        run.wall_s = float(max(r.finish_s for r in rows))
+        run.wall_s = max(float(r.finish_s or 0.0) for r in rows)
         run.progress_done = run.progress_total = len(rows)
         run.save()
     experiment.status = "done"

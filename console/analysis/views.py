@@ -125,15 +125,21 @@ def run_detail(request, pk: int):
     requests, _ = results_frames(runs=[run])
     timeline = plots.fig_html(plots.run_timeline(requests), div_id="timeline") if not requests.empty else ""
     rows = list(RequestResult.objects.filter(run=run).select_related("trace_request").order_by("scheduled_s"))
+    table = []
     for r in rows:
-        r.ttft = None if r.first_token_s is None else r.first_token_s - r.scheduled_s
-        r.e2e = None if r.finish_s is None else r.finish_s - r.scheduled_s
-        steps = len(r.drafted or [])
-        r.acceptance = (sum(r.accepted) / sum(r.drafted)) if steps and sum(r.drafted) else None
+        drafted = sum(r.drafted or [])
+        table.append(
+            {
+                "r": r,
+                "ttft": None if r.first_token_s is None else r.first_token_s - r.scheduled_s,
+                "e2e": None if r.finish_s is None else r.finish_s - r.scheduled_s,
+                "acceptance": sum(r.accepted) / drafted if drafted else None,
+            }
+        )
     return render(
         request,
         "analysis/run.html",
-        {"run": run, "rows": rows, "timeline": timeline, "telemetry": getattr(run, "telemetry", None)},
+        {"run": run, "rows": table, "timeline": timeline, "telemetry": getattr(run, "telemetry", None)},
     )
 
 

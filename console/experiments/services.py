@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from collections import defaultdict
 from typing import Any
@@ -43,7 +44,9 @@ def serving_config_validate(
     if speculative_config is not None:
         # Checked for every engine, including servers whose config is only descriptive.
         if not speculative_config.get("method"):
-            return ['speculative_config needs a "method" (ngram, draft_model, eagle, eagle3, mtp, suffix, ...)']
+            return [
+                'speculative_config needs a "method" (ngram, draft_model, eagle, eagle3, mtp, suffix, ...)'
+            ]
         k = speculative_config.get("num_speculative_tokens")
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
             return [f"num_speculative_tokens must be an integer >= 1, got {k!r}"]
@@ -180,6 +183,7 @@ def experiment_create(
         errors["baseline"].append(message)
 
     arms: list[tuple[str, dict, dict | None]] = [("baseline", baseline_engine_args, None)]
+    spec: dict | None
     if not candidates:
         errors["candidates"].append("add at least one speculative candidate")
     for i, candidate in enumerate(candidates or []):
@@ -205,7 +209,7 @@ def experiment_create(
             ):
                 errors[field].append(message)
             label = (
-                candidate.get("label") if len(expanded) == 1 and candidate.get("label") else arm_label(spec)
+                str(candidate["label"]) if len(expanded) == 1 and candidate.get("label") else arm_label(spec)
             )
             arms.append((label, engine_args, spec))
     labels = [label for label, _, _ in arms]
@@ -423,7 +427,7 @@ def runs_reap_stale(*, older_than_s: float = 600.0) -> int:
     Progress is written at least every 2 s while a run is alive, so a long silence means the
     worker is gone; the run can then be retried alone.
     """
-    cutoff = timezone.now() - timezone.timedelta(seconds=older_than_s)
+    cutoff = timezone.now() - datetime.timedelta(seconds=older_than_s)
     stale = Run.objects.filter(status=Run.Status.RUNNING, progress_at__lt=cutoff) | Run.objects.filter(
         status=Run.Status.RUNNING, progress_at__isnull=True, started_at__lt=cutoff
     )
