@@ -22,6 +22,9 @@ schema touches one function.
   "n", "regressions": {check: count}}]}``; a regression is a request valid in the baseline and
   invalid in the candidate; ``exact_match`` counts outputs that differ from the baseline's and
   only matters when exact output is expected (greedy decoding).
+- ``headline``: the baseline's and candidate's headline point estimates per load
+  (``HEADLINE_FIELDS``, units as named), frozen into the evidence; ``acceptance_rate_min``: the
+  candidate's lowest acceptance rate over loads (fraction; the rollback plan's default trigger).
 - ``stats_reported`` (the ``pNN``/``mean`` statistics the comparison reports) and
   ``acceptance_by_task`` (whether it has acceptance tables by task): read by the checklist.
 - ``memory``: None when not measured, else ``{"baseline_peak_bytes", "candidate_peak_bytes",
@@ -105,6 +108,24 @@ def gate_settings_resolve(settings: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 SLICE_METRICS: tuple[str, ...] = ("tpot_s", "e2e_s", "ttft_s", "success")
+# Headline point estimates frozen into a decision's evidence (baseline and candidate, per load).
+HEADLINE_FIELDS: tuple[str, ...] = (
+    "n_requests",
+    "n_failed",
+    "ttft_s_p95",
+    "tpot_s_p50",
+    "tpot_s_p95",
+    "e2e_s_p95",
+    "e2e_s_p99",
+    "goodput_rps",
+    "deadline_attainment",
+    "acceptance_rate",
+    "accepted_per_pass",
+    "cost_per_success_usd",
+    "cost_per_million_output_tokens_usd",
+    "peak_memory_bytes",
+    "n_regressions",
+)
 SLICE_STATS: tuple[str, ...] = ("mean", "p50", "p95", "p99")
 
 
@@ -155,6 +176,8 @@ def gate_facts_from_summary(
         "stats_reported": sorted(stats),
         "acceptance_by_task": bool(acceptance.get("by_task")) if isinstance(acceptance, Mapping) else False,
         "notes": [],
+        "headline": [],
+        "acceptance_rate_min": None,
     }
     if not candidate_arm:
         return facts
@@ -212,6 +235,17 @@ def gate_facts_from_summary(
                 row["traffic_class"] = traffic_class
                 comparisons.append(row)
     facts["quality"] = _quality_facts(summary, candidate_arm=candidate_arm, exact_expected=exact_expected)
+    facts["headline"] = [
+        {"arm": h.get("arm"), "load": h.get("load")} | {k: h.get(k) for k in HEADLINE_FIELDS}
+        for h in headline
+        if h.get("arm") in (candidate_arm, baseline)
+    ]
+    rates = [
+        float(h["acceptance_rate"])
+        for h in headline
+        if h.get("arm") == candidate_arm and _finite(h.get("acceptance_rate"))
+    ]
+    facts["acceptance_rate_min"] = min(rates) if rates else None
     peaks: dict[str, list[float]] = {"baseline": [], "candidate": []}
     for h in headline:
         who = (

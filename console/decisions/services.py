@@ -103,7 +103,8 @@ def _validate_changes(changes: Mapping[str, Any]) -> None:
 
 def default_rollback_triggers(*, facts: Mapping[str, Any], traffic_class: str) -> list[dict[str, Any]]:
     """Triggers pre-filled from evidence: the promised class's p95 TPOT above the baseline's
-    (seconds, over 10 minutes) and any schema-validity regression (count, over 5 minutes)."""
+    (seconds, over 10 minutes), the acceptance rate under 80% of the lowest measured (fraction,
+    over 10 minutes) and any schema-validity regression (count, over 5 minutes)."""
     triggers: list[dict[str, Any]] = []
     tpot = [
         r
@@ -117,6 +118,17 @@ def default_rollback_triggers(*, facts: Mapping[str, Any], traffic_class: str) -
                 "op": ">",
                 "threshold": round(float(tpot[0]["base"]), 6),
                 "unit": "s",
+                "window_min": 10,
+            }
+        )
+    rate = facts.get("acceptance_rate_min")
+    if isinstance(rate, int | float) and rate > 0:
+        triggers.append(
+            {
+                "metric": "acceptance rate (80% of the lowest measured)",
+                "op": "<",
+                "threshold": round(0.8 * float(rate), 3),
+                "unit": "fraction",
                 "window_min": 10,
             }
         )

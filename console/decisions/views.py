@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
@@ -90,7 +93,7 @@ def decision_detail(request: HttpRequest, pk: int):
     can_sign = (
         request.user.has_perm(roles.SIGN_DECISION)
         and decision.status == Decision.Status.SUBMITTED
-        and (decision.created_by_id != request.user.pk or services.settings.SPECREVIEW_APPROVER_MAY_SIGN_OWN)
+        and (decision.created_by_id != request.user.pk or settings.SPECREVIEW_APPROVER_MAY_SIGN_OWN)
     )
     context = {
         "decision": decision,
@@ -100,6 +103,7 @@ def decision_detail(request: HttpRequest, pk: int):
         "events": selectors.decision_events(decision=decision),
         "superseded_by": selectors.decision_superseded_by(decision=decision),
         "comparison_url": comparison_url(decision.experiment_id),
+        "revert_config_json": json.dumps(decision.rollback_revert_config, indent=2, sort_keys=True),
         "policy_link": decision.policy_ref
         if decision.policy_ref.startswith(("/", "https://", "http://"))
         else "",

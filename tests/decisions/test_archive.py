@@ -89,6 +89,11 @@ def test_it_chains_each_signed_decision_to_the_previous_one(three_signed):
     assert bundle["decision"]["gate"]["overall"] == "pass"
     assert any(r["metric"] == "tpot_s" for r in bundle["decision"]["gate"]["facts"]["comparisons"])
     assert bundle["decision"]["gate"]["facts"]["memory"]["capacity_bytes"] == 16 * 2**30
+    headline = bundle["decision"]["gate"]["facts"]["headline"]
+    assert {(h["arm"], h["load"]) for h in headline} == {
+        (a, lo) for a in ("baseline", "ngram") for lo in ("1x", "4x")
+    }
+    assert next(h for h in headline if h["arm"] == "ngram")["peak_memory_bytes"] == 5 * 2**30
     assert bundle["signoff"]["signer"] == "alex-approver"
     assert archive_verify() | {"count": 3} == {"ok": True, "checked": 3, "break": None, "count": 3}
 

@@ -29,6 +29,10 @@ def test_it_drafts_with_a_computed_gate_a_prefilled_checklist_and_rollback(draft
     assert draft.rollback_revert_config["content_hash"] == baseline.content_hash
     tpot = [t for t in draft.rollback_triggers if t["metric"].startswith("p95 TPOT")]
     assert tpot and tpot[0]["threshold"] == pytest.approx(0.05) and tpot[0]["window_min"] == 10
+    acceptance = [t for t in draft.rollback_triggers if t["metric"].startswith("acceptance rate")]
+    assert (
+        acceptance and acceptance[0]["op"] == "<" and acceptance[0]["threshold"] == pytest.approx(0.8 * 0.55)
+    )
     assert actions(draft) == [("created", "erin-engineer")]
 
 
