@@ -346,9 +346,13 @@ class VLLMEngine:
             kwargs["speculative_config"] = spec
             kwargs["per_request_spec_decode_metrics"] = "detailed"
         try:
+            # Also where vLLM looks a hub id up (offline unless the host allows downloads).
             engine_args = AsyncEngineArgs(**kwargs)
-        except (TypeError, ValueError) as exc:
-            raise EngineError(f"vLLM refused the engine arguments: {exc}") from exc
+        except Exception as exc:
+            raise EngineError(
+                f"vLLM could not start {config.target_model!r}: its engine arguments were refused: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
 
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name="vllm-engine-loop", daemon=True)
