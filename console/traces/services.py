@@ -495,16 +495,20 @@ def trace_import_demo(*, uploaded_by: Any | None) -> TraceImportResult:
 
 
 def trace_delete(*, trace: Trace) -> None:
-    """Delete a trace and its requests; refused (``TraceInUseError``) if an experiment uses it."""
-    try:
-        with transaction.atomic():
-            trace.delete()
-    except ProtectedError as exc:
-        names = sorted({str(o) for o in exc.protected_objects})
+    """Delete a trace and its requests; refused (``TraceInUseError``) if an experiment or a result uses it."""
+    names = sorted(str(e) for e in trace.experiments.all())
+    if names:
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         raise TraceInUseError(
             f"Trace {trace.pk} is used by {len(names)} experiment(s) ({shown}); delete those first. "
             "Traces are evidence for decisions, so they are never deleted from under an experiment."
+        )
+    try:
+        with transaction.atomic():
+            trace.delete()
+    except ProtectedError as exc:
+        raise TraceInUseError(
+            f"Trace {trace.pk} cannot be deleted: {len(exc.protected_objects)} stored result(s) refer to its requests."
         ) from None
 
 
