@@ -295,9 +295,16 @@ class SchemaCompiler:
                 message = "needs exactly one of: " + ", ".join("+".join(b["required"]) for b in branches)
             else:
                 message = f"must match exactly one of {len(branches)} alternatives"
-            calls = ", ".join(f"_ok({n}, {v}, {path})" for n in names)
-            self.consts["_ok"] = _branch_ok
-            out.append(f"{pad}if sum(({calls},)) != 1:")
+            if all(isinstance(b, dict) and set(b) == {"required"} for b in branches):
+                # required-only branches: count them inline (required ignores non-objects: all match)
+                tests = " + ".join(
+                    "(" + " and ".join(f"{k!r} in {v}" for k in b["required"]) + ")" for b in branches
+                )
+                count = f"(({tests}) if type({v}) is dict else {len(branches)})"
+            else:
+                self.consts["_ok"] = _branch_ok
+                count = "sum((" + ", ".join(f"_ok({n}, {v}, {path})" for n in names) + ",))"
+            out.append(f"{pad}if {count} != 1:")
             out.append(self._error(pad + "    ", path, repr(message)))
         if "if" in schema:
             cond = self._function(schema["if"], self._name("_if_"))
