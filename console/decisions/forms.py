@@ -151,6 +151,16 @@ class DecisionEditForm(forms.Form):
     def clean_rollback_triggers(self):
         return triggers_parse(self.cleaned_data.get("rollback_triggers") or "")
 
+    def clean_loads_in_scope(self):
+        labels = [s.strip() for s in (self.cleaned_data.get("loads_in_scope") or "").split(",") if s.strip()]
+        known = [lv.get("label") for lv in self.decision.experiment.load_levels or []]
+        unknown = [label for label in labels if label not in known]
+        if unknown:
+            raise forms.ValidationError(
+                f"unknown load level {', '.join(unknown)}; the experiment has {', '.join(map(str, known))}"
+            )
+        return labels
+
     def clean_policy(self):
         text = (self.cleaned_data.get("policy") or "").strip()
         if not text:
@@ -164,9 +174,7 @@ class DecisionEditForm(forms.Form):
         """The service's ``changes`` for the cleaned form."""
         data = self.cleaned_data
         settings = dict(self.decision.gate_settings or {})
-        settings["loads_in_scope"] = [
-            s.strip() for s in (data.get("loads_in_scope") or "").split(",") if s.strip()
-        ]
+        settings["loads_in_scope"] = data.get("loads_in_scope") or []
         if data.get("memory_fraction") is not None:
             settings["memory_fraction"] = data["memory_fraction"]
         capacity = data.get("memory_capacity_gib")

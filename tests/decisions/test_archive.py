@@ -115,21 +115,21 @@ def test_it_refuses_updates_and_deletes_in_the_database(signed):
 
 
 def tamper(sql: str) -> None:
-    """Write around every guard, as someone with database access could: the immutability
-    trigger is switched off for this one statement (inside the test's transaction, so it is
-    back on afterwards) and the row is changed with raw SQL."""
+    """Write around every guard, as someone with database access could: the table's
+    immutability trigger is disabled (ALTER TABLE ... DISABLE TRIGGER, which the table owner
+    may do), the row is changed with raw SQL, and the trigger is enabled again. All inside the
+    test's transaction, which is rolled back afterwards."""
+    table = sql.split()[1]
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute("SET LOCAL session_replication_role = replica")  # triggers do not fire
+            # Django's foreign keys are deferred; ALTER TABLE refuses while checks are pending.
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER {table}_frozen")
             cursor.execute(sql)
-            cursor.execute("SET LOCAL session_replication_role = origin")
+            cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER {table}_frozen")
+            cursor.execute("SET CONSTRAINTS ALL DEFERRED")
         else:
-            for name in (
-                "decisions_decision_frozen_update",
-                "decisions_archiverecord_frozen_update",
-                "decisions_signoff_frozen_update",
-            ):
-                cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
+            cursor.execute(f"DROP TRIGGER IF EXISTS {table}_frozen_update")  # DDL is transactional in SQLite
             cursor.execute(sql)
 
 
@@ -152,6 +152,9 @@ def test_it_names_the_archived_row_that_was_tampered_with(three_signed, capsys):
     assert code == 1
     assert f"record #2 (decision {target.decision_id})" in message
     assert "bundle does not match" in message
+    if connection.vendor == "postgresql":  # the guard is back on (SQLite's was dropped for the test)
+        with pytest.raises(DatabaseError), transaction.atomic():
+            ArchiveRecord.objects.filter(pk=target.pk).update(bundle="{}")
 
 
 def test_it_names_a_signed_decision_changed_behind_the_archive(three_signed, capsys):

@@ -205,3 +205,16 @@ def test_it_refuses_admin_edits_and_deletes_of_a_signed_decision(signed, admin_c
     assert fresh.title != "renamed" and fresh.rationale != "rewritten"
     for model in ("decision", "signoff", "archiverecord", "auditevent"):
         assert admin_client.get(f"/admin/decisions/{model}/add/").status_code == 403
+
+
+def test_it_limits_the_proposal_to_known_load_levels(draft, engineer_client):
+    response = engineer_client.post(
+        f"/decisions/{draft.pk}/edit/", edit_payload(draft, loads_in_scope="1x, 9x")
+    )
+    assert response.status_code == 200 and b"unknown load level 9x" in response.content
+    response = engineer_client.post(f"/decisions/{draft.pk}/edit/", edit_payload(draft, loads_in_scope="1x"))
+    assert response.status_code == 302
+    draft.refresh_from_db()
+    assert draft.gate_settings["loads_in_scope"] == ["1x"] and draft.gate["settings"]["loads_in_scope"] == [
+        "1x"
+    ]
