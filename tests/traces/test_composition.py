@@ -223,3 +223,33 @@ def test_it_builds_the_demo_trace_deterministically(shared_data, tmp_path):
         capture_output=True,
     )
     assert out.read_bytes() == (root / "console/traces/demo/demo_trace.jsonl").read_bytes()
+
+
+@pytest.mark.django_db
+def test_it_rebases_clock_timestamps_even_when_an_early_request_comes_late(engineer, tmp_path):
+    lines = [
+        {
+            "id": "b",
+            "timestamp": 1_700_000_010.5,
+            "messages": [{"role": "user", "content": "second"}],
+            "max_tokens": 4,
+        },
+        {
+            "id": "a",
+            "timestamp": 1_700_000_000.0,
+            "messages": [{"role": "user", "content": "first"}],
+            "max_tokens": 4,
+        },
+        {
+            "id": "c",
+            "timestamp": 1_700_000_020.0,
+            "messages": [{"role": "user", "content": "third"}],
+            "max_tokens": 4,
+        },
+    ]
+    _write(tmp_path / "log.jsonl", lines)
+    trace = trace_import_path(path=tmp_path / "log.jsonl", uploaded_by=engineer).trace
+    assert trace.source_format == "openai_log"
+    stored = list(trace.requests.order_by("position").values_list("request_id", "arrival_s", "metadata"))
+    assert [(r, a) for r, a, _ in stored] == [("a", 0.0), ("b", 10.5), ("c", 20.0)]
+    assert [m["source_index"] for _, _, m in stored] == [1, 0, 2]
