@@ -193,17 +193,46 @@ def _failed(requests: pd.DataFrame) -> np.ndarray:
     )
 
 
-def quality_flags(requests: pd.DataFrame) -> pd.DataFrame:
+# Flags a worker may have stored at write time, by check (``tool_call_valid`` is the model's name).
+STORED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "json_valid": ("json_valid",),
+    "schema_valid": ("schema_valid",),
+    "tool_valid": ("tool_valid", "tool_call_valid"),
+}
+
+
+def _stored_flags(requests: pd.DataFrame) -> dict[str, np.ndarray] | None:
+    found = {}
+    for check, names in STORED_COLUMNS.items():
+        name = next((c for c in names if c in requests), None)
+        if name is None:
+            return None
+        found[check] = requests[name].astype("boolean").to_numpy(dtype=object, na_value=None)
+    return found
+
+
+def quality_flags(requests: pd.DataFrame, *, use_stored: bool = True) -> pd.DataFrame:
     """Validity per request (same index as ``requests``): ``json_valid``, ``schema_valid``,
     ``tool_valid`` (pandas nullable boolean, NA where the check does not apply), ``output_valid``
-    (bool) and ``quality_reason`` (str or None, the first failing check's reason)."""
+    (bool) and ``quality_reason`` (str or None, the first failing check's reason).
+
+    When ``requests`` already carries the three flags (``STORED_COLUMNS``, as the worker stores
+    them with each result) and ``use_stored`` is true, they are used as they are and only the
+    failing rows are re-checked, for their reasons: validating every output again is the
+    slowest part of a comparison. Failed requests fail their applicable checks either way.
+    """
     failed = _failed(requests)
     n = len(requests)
-    results = {c: np.full(n, None, dtype=object) for c in CHECKS}
-    reasons = np.full(n, None, dtype=object)
     texts = requests["output_text"].to_numpy()
     formats = requests["response_format"].to_numpy() if "response_format" in requests else np.full(n, None)
     tools = requests["tools"].to_numpy() if "tools" in requests else np.full(n, None)
+    stored = _stored_flags(requests) if use_stored else None
+    if stored is not None:
+        return _flags_from_stored(
+            stored, failed=failed, texts=texts, formats=formats, tools=tools, index=requests.index
+        )
+    results = {c: np.full(n, None, dtype=object) for c in CHECKS}
+    reasons = np.full(n, None, dtype=object)
     # Arms often return the same text for the same request: check each (text, request) once.
     # A request's response_format and tools come from the trace, the same in every arm.
     ids = requests["request_id"].to_numpy() if "request_id" in requests else np.arange(n)
@@ -229,10 +258,42 @@ def quality_flags(requests: pd.DataFrame) -> pd.DataFrame:
         results["tool_valid"][i] = res["tool_valid"]
         if reasons[i] is None:
             reasons[i] = res["reason"]
-    out = pd.DataFrame({c: pd.array(results[c], dtype="boolean") for c in CHECKS}, index=requests.index)
+    return _flags_frame(results, reasons, requests.index)
+
+
+def _flags_frame(results: dict[str, np.ndarray], reasons: np.ndarray, index: pd.Index) -> pd.DataFrame:
+    out = pd.DataFrame({c: pd.array(results[c], dtype="boolean") for c in CHECKS}, index=index)
     out["output_valid"] = ~(out[list(CHECKS)] == False).any(axis=1).to_numpy()  # noqa: E712
     out["quality_reason"] = reasons
     return out
+
+
+def _flags_from_stored(
+    stored: dict[str, np.ndarray],
+    *,
+    failed: np.ndarray,
+    texts: np.ndarray,
+    formats: np.ndarray,
+    tools: np.ndarray,
+    index: pd.Index,
+) -> pd.DataFrame:
+    results = {c: stored[c].copy() for c in CHECKS}
+    reasons = np.full(len(failed), None, dtype=object)
+    for c in CHECKS:
+        applies = np.array([v is not None for v in results[c]], dtype=bool)
+        results[c][applies & failed] = False
+    for i in np.flatnonzero(failed):
+        if any(results[c][i] is False for c in CHECKS):
+            reasons[i] = "request failed"
+    for i in np.flatnonzero(~failed):
+        if results["json_valid"][i] is False or results["schema_valid"][i] is False:
+            reasons[i] = response_format_check(texts[i], formats[i])["reason"] or "stored flag: invalid"
+        elif results["tool_valid"][i] is False:
+            tl = tools[i]
+            reasons[i] = (tool_call_check(texts[i], list(tl) if tl is not None else None)["reason"]) or (
+                "stored flag: invalid"
+            )
+    return _flags_frame(results, reasons, index)
 
 
 def _divergence(a: Any, b: Any) -> int | None:

@@ -159,7 +159,8 @@ def bootstrap_distributions(
     quantiles: dict[tuple[Hashable, str], _Quantile] = {}
     for k in keys:
         pos[(k, "_n")] = add(valid[k].astype(float))
-        pos[(k, "_sum")] = add(np.where(valid[k], values[k], 0.0))
+        if "mean" in stats.get(k, ()):
+            pos[(k, "_sum")] = add(np.where(valid[k], values[k], 0.0))
         for stat in stats.get(k, ()):
             q = _stat_q(stat)
             if q is not None:
@@ -410,9 +411,9 @@ HIGHER_IS_BETTER: frozenset[str] = frozenset({"met_deadline", "success"})
 # other dimensions get means only, which cost no order statistics.
 SLICE_INTERVALS: dict[str, dict[str, tuple[str, ...]]] = {
     "traffic_class": {
-        "ttft_s": ("mean", "p50", "p95", "p99"),
-        "tpot_s": ("mean", "p50", "p95", "p99"),
-        "e2e_s": ("mean", "p50", "p95", "p99"),
+        "ttft_s": ("mean", "p50", "p95"),
+        "tpot_s": ("mean", "p50", "p95"),
+        "e2e_s": ("mean", "p50", "p95"),
         "success": ("mean",),
     },
     "task": {"tpot_s": ("mean",), "e2e_s": ("mean",), "success": ("mean",)},
@@ -606,7 +607,13 @@ def comparison_compute(
         steps_flatten,
         steps_per_request,
     )
-    from console.analysis.quality import exact_match, quality_flags, quality_rates, quality_regressions
+    from console.analysis.quality import (
+        STORED_COLUMNS,
+        exact_match,
+        quality_flags,
+        quality_rates,
+        quality_regressions,
+    )
     from console.analysis.slices import SLICE_DIMENSIONS, slices_assign
 
     notes: list[str] = []
@@ -614,9 +621,10 @@ def comparison_compute(
     req = requests.reset_index(drop=True)
     derived = requests_derive(req, deadlines=deadlines)
     derived = slices_assign(derived, baseline_arm=base_arm)
-    derived = pd.concat(
-        [derived, quality_flags(derived), exact_match(derived, baseline_arm=base_arm)], axis=1
-    )
+    flags = quality_flags(derived)
+    stored = [c for names in STORED_COLUMNS.values() for c in names]
+    derived = derived.drop(columns=[*stored, "output_valid", "quality_reason"], errors="ignore")
+    derived = pd.concat([derived, flags, exact_match(derived, baseline_arm=base_arm)], axis=1)
     derived["success"] = request_success(derived).astype(float)
     derived["met_deadline_f"] = derived["met_deadline"].astype(float)
     gaps = gaps_flatten(derived)

@@ -306,7 +306,9 @@ def test_it_slices_output_length_by_the_baselines_answer():
 
 def test_it_aggregates_acceptance_the_same_from_per_request_sums():
     rows = frame(
-        _spec_request(request_id="a", drafted=[3, 3, 3], accepted=[3, 0, 1], num_output_tokens=8, task="code"),
+        _spec_request(
+            request_id="a", drafted=[3, 3, 3], accepted=[3, 0, 1], num_output_tokens=8, task="code"
+        ),
         _spec_request(request_id="b", drafted=[2], accepted=[1], num_output_tokens=3, task="chat"),
         _spec_request(request_id="c", drafted=[4, 4], accepted=[0, 4], num_output_tokens=7, task="code"),
     )

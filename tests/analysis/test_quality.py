@@ -189,3 +189,23 @@ def test_it_computes_rates_over_applicable_requests():
     assert rates.loc["spec", "json_valid_rate"] == 4 / 6
     assert np.isnan(rates.loc["spec", "tool_valid_rate"])
     assert rates.loc["spec", "output_valid_rate"] == 5 / 7  # 4 valid JSON + the plain request
+
+
+def test_it_uses_flags_stored_with_the_results():
+    rows = frame(
+        _json_row(request_id="stored-bad", json_valid=True, schema_valid=False, tool_call_valid=None),
+        _json_row(request_id="stored-ok", output_text="not json", json_valid=True, schema_valid=True)
+        | {"tool_call_valid": None},
+        _json_row(
+            request_id="failed", error="timeout", json_valid=True, schema_valid=True, tool_call_valid=None
+        ),
+        request_row(request_id="plain", json_valid=None, schema_valid=None, tool_call_valid=None),
+    )
+    flags = quality_flags(rows)
+    # stored flags win over the text: no second validation of every output
+    assert flags["schema_valid"].tolist() == [False, True, False, pd.NA]
+    assert flags["output_valid"].tolist() == [False, True, False, True]
+    # the failing row is re-checked for its reason ('{"a": 1}' validates, so the stored verdict stands)
+    assert flags["quality_reason"].tolist() == ["stored flag: invalid", None, "request failed", None]
+    recomputed = quality_flags(rows, use_stored=False)
+    assert recomputed["schema_valid"].tolist() == [True, False, False, pd.NA]
