@@ -134,6 +134,8 @@ def tamper(sql: str) -> None:
 
 
 def run_verify(capsys):
+    """Run the command as manage.py would; a CommandError's returncode is the process's exit
+    status (``BaseCommand.run_from_argv``), so 1 here is exit 1 on the command line."""
     try:
         call_command("verify_archive")
     except CommandError as exc:
