@@ -164,6 +164,11 @@ def test_it_converts_a_gguf_into_a_folder_with_identical_logits(monkeypatch, tmp
         assert torch.equal(direct(ids).logits, cached(ids).logits)
     # A second fetch finds the cache and does nothing.
     assert model_fetch(name="smollm2-135m", progress=False, install=False) == folder
+    # A bare GGUF path is converted into the cache too, recording the file's own sha256.
+    by_path = model_resolve(name_or_path=str(gguf))
+    assert by_path.parent == tmp_path and by_path.name.startswith("gguf-")
+    assert model_marker(by_path)["source_sha256"] == CATALOG["smollm2-135m"].sha256
+    assert model_resolve(name_or_path=str(gguf)) == by_path
 
 
 @pytest.mark.model
