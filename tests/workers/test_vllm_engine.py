@@ -267,8 +267,12 @@ def _engine_pids() -> list[int]:
     ]
 
 
-def _speculative_bundle(spec: dict[str, Any], *, prompts: int = 3) -> dict[str, Any]:
-    """Start an engine with ``spec``, run the first ``prompts`` real prompts one at a time, stop it."""
+def _speculative_bundle(spec: dict[str, Any], *, prompts: int = 3, replay: bool = False) -> dict[str, Any]:
+    """Start an engine with ``spec``, run the first ``prompts`` real prompts one at a time, stop it.
+
+    With ``replay``, also replays those prompts open loop (20 ms apart, one warm-up) through
+    ``workers.replay``, as a run on a worker would.
+    """
     _need_vllm()
     engine = VLLMEngine()
     t0 = time.perf_counter()
@@ -279,10 +283,18 @@ def _speculative_bundle(spec: dict[str, Any], *, prompts: int = 3) -> dict[str, 
         runs = {r.request_id: _run(_collect(engine, r)) for r in _real_prompts()[:prompts]}
         after = engine.counters()
         versions = engine.versions()
+        replayed = None
+        if replay:
+            from workers.replay import RequestSpec, replay_run_sync
+
+            specs = [
+                RequestSpec(request=r, arrival_s=0.02 * i) for i, r in enumerate(_real_prompts()[:prompts])
+            ]
+            replayed = replay_run_sync(engine=engine, specs=specs, warmup=1, telemetry=False)
     finally:
         engine.stop()
     print(f"{spec['method']} probes and stop done at {time.perf_counter() - t0:.1f} s")
-    return {"runs": runs, "delta": _delta(before, after), "versions": versions}
+    return {"runs": runs, "delta": _delta(before, after), "versions": versions, "replay": replayed}
 
 
 @pytest.fixture(scope="module")
@@ -378,7 +390,8 @@ def baseline() -> dict[str, Any]:
 def ngram(baseline) -> dict[str, Any]:
     # Depends on ``baseline`` so that engine is stopped before this one starts.
     return _speculative_bundle(
-        {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+        {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
+        replay=True,
     )
 
 
@@ -525,6 +538,28 @@ def test_it_shows_accepted_tokens_as_one_chunk_and_steps_after_the_tokens(ngram)
     cut = 1 + sum(a + 1 for _, a in steps) - len(_tokens(run))
     assert 0 <= cut <= K
     assert [len(c.token_ids) for c in token_chunks[1:-1]] == [a + 1 for _, a in steps[:-1]]
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+def test_it_records_a_replayed_run_with_per_step_counts_that_add_up_to_the_run_counters(ngram):
+    result = ngram["replay"]
+    records = result.records
+    assert [r.status for r in records] == ["ok"] * 3
+    for record in records:
+        assert record.sent_s < record.first_token_s <= record.chunk_times[-1] <= record.finish_s
+        assert (
+            sum(record.chunk_tokens)
+            == record.num_output_tokens
+            == len(_tokens(ngram["runs"][record.request_id]))
+        )
+        assert len(record.drafted) == len(record.accepted)
+        assert record.finish_reason in {"length", "stop"}
+    delta = result.counters_delta
+    assert sum(len(r.drafted) for r in records) == delta["spec_decode_num_drafts"] > 0
+    assert sum(sum(r.drafted) for r in records) == delta["spec_decode_num_draft_tokens"]
+    assert sum(sum(r.accepted) for r in records) == delta["spec_decode_num_accepted_tokens"]
+    assert result.versions["engine"] == "vllm"
 
 
 @pytest.mark.vllm

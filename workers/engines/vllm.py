@@ -29,7 +29,8 @@ Acceptance, per request and per run:
   output's time, ``finish_reason`` repeated). Steps where the proposer had no draft (n-gram
   without a match) and the first token (from prefill) are not verification steps and
   have no entry: per request, ``1 + sum(accepted + 1) + non-speculative steps`` = tokens
-  generated, less any accepted tokens cut off at ``max_tokens``/EOS.
+  generated, less any accepted tokens cut off at ``max_tokens``/EOS. A vLLM without
+  per-request metrics (before 0.32) yields no step chunks; ``versions()`` then says so.
 * Per run: ``counters()`` returns vLLM's Prometheus counters as current totals since
   ``start()`` (read in-process with ``vllm.v1.metrics.reader.get_metrics_snapshot``, the
   API behind ``LLM.get_metrics()``): ``spec_decode_num_drafts`` (verification steps),
@@ -285,6 +286,7 @@ class VLLMEngine:
         self._seq = itertools.count()
         self._info: dict[str, str] = {}
         self._platform = ""
+        self._info_extra: dict[str, str] = {}
 
     @classmethod
     def validate(cls, config: EngineConfig) -> dict[str, Any] | None:
@@ -302,6 +304,7 @@ class VLLMEngine:
         if self._llm is not None:
             raise EngineError("this vllm engine is already started; stop() it first")
         spec = self.validate(config)
+        self._info_extra = {}
         try:
             import vllm
             from vllm.engine.arg_utils import AsyncEngineArgs
@@ -344,7 +347,10 @@ class VLLMEngine:
             if spec.get("model"):
                 spec["model"], draft_marker = _resolve_model(spec["model"])
             kwargs["speculative_config"] = spec
-            kwargs["per_request_spec_decode_metrics"] = "detailed"
+            if "per_request_spec_decode_metrics" in (_engine_arg_fields() or ()):
+                kwargs["per_request_spec_decode_metrics"] = "detailed"
+            else:  # vLLM before per-request metrics: run-level counters only
+                self._info_extra["per_step_counts"] = "unavailable in this vLLM version"
         try:
             # Also where vLLM looks a hub id up (offline unless the host allows downloads).
             engine_args = AsyncEngineArgs(**kwargs)
@@ -385,6 +391,7 @@ class VLLMEngine:
             "max_model_len": str(model_config.max_model_len),
             "enforce_eager": str(bool(kwargs.get("enforce_eager", False))),
             "start_s": f"{time.perf_counter() - t0:.1f}",
+            **self._info_extra,
         }
         if spec is not None and spec.get("model"):
             self._info["draft_model"] = str(config.speculative_config.get("model"))  # type: ignore[union-attr]
