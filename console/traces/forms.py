@@ -11,9 +11,7 @@ from console.traces.selectors import pairing_pool_choices
 
 
 class TraceUploadForm(forms.Form):
-    file = forms.FileField(
-        help_text="JSONL, JSON or CSV; docs/trace-format.md lists every accepted format."
-    )
+    file = forms.FileField(help_text="JSONL, JSON or CSV; docs/trace-format.md lists every accepted format.")
     name = forms.CharField(max_length=200, required=False, help_text="Defaults to the file name.")
     source_format = forms.ChoiceField(
         label="Format", required=False, choices=[("", "detect automatically")] + FORMAT_CHOICES

@@ -14,7 +14,6 @@ import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import IO, Any
 
 from console.traces.arrivals import ArrivalSpec, arrival_spec_parse, arrivals_generate
@@ -83,7 +82,7 @@ class Summary:
     arrival_min: float = math.inf
     arrival_max: float = -math.inf
 
-    def as_dict(self, *, shift: float = 0.0) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         n = self.count or 1
         return {
             "requests": self.count,
@@ -349,7 +348,3 @@ class TraceBuilder:
         data["out_of_order"] = self.out_of_order
         data["skipped_failed"] = self.ctx.notes["skipped_failed"]
         return data
-
-
-def take(iterator: Iterator, n: int) -> list:
-    return list(islice(iterator, n))

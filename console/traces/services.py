@@ -23,7 +23,6 @@ from console.traces.pairing import PoolPrompt, PromptPool
 from console.traces.parsers import (
     PARSERS,
     PROMPTS,
-    REQUESTS,
     TIMING,
     ParseContext,
     describe_first_item,
@@ -513,7 +512,6 @@ def trace_delete(*, trace: Trace) -> None:
 
 
 __all__ = [
-    "REQUESTS",
     "TraceImportError",
     "TraceImportResult",
     "TraceInUseError",
