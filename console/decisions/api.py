@@ -17,6 +17,7 @@ API_EDITABLE = tuple(f for f in services.EDITABLE_FIELDS if f != "candidate_arm"
 
 def decision_payload(decision: Decision, *, full: bool) -> dict[str, Any]:
     snap = selectors.decision_snapshot(decision=decision)
+    names = selectors.decision_names(decision=decision)
     d = snap["decision"]
     out: dict[str, Any] = {
         "id": decision.pk,
@@ -25,10 +26,14 @@ def decision_payload(decision: Decision, *, full: bool) -> dict[str, Any]:
         "proposal": decision.proposal,
         "experiment_id": decision.experiment_id,
         "target_model": decision.experiment.target_model,
-        "candidate": d["candidate"],
+        "candidate": (
+            {"arm": names["candidate_arm"], "config_hash": names["candidate_config_hash"]}
+            if decision.candidate_arm_id
+            else None
+        ),
         "traffic_class": decision.traffic_class,
         "gate_overall": (decision.gate or {}).get("overall"),
-        "created_by": d["created_by"],
+        "created_by": names["created_by"],
         "created_at": d["created_at"],
         "url": f"/decisions/{decision.pk}/",
     }
@@ -45,7 +50,7 @@ def decision_payload(decision: Decision, *, full: bool) -> dict[str, Any]:
         "gate": gate,
         "checklist": decision.checklist,
         "rollback": d["rollback"],
-        "signoff": snap["signoff"],
+        "signoff": (snap["signoff"] | {"signer": names["signer"]}) if snap["signoff"] else None,
         "supersedes_id": decision.supersedes_id,
         "superseded_by_id": superseded_by.pk if superseded_by else None,
         "archive": (

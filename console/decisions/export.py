@@ -42,6 +42,7 @@ def decision_document(*, decision: Decision) -> dict[str, Any]:
     )
     superseded_by = selectors.decision_superseded_by(decision=decision)
     return {
+        "names": selectors.decision_names(decision=decision),
         "decision": snap["decision"],
         "signoff": snap["signoff"],
         "proposal_label": decision.get_proposal_display(),
@@ -86,13 +87,13 @@ def decision_markdown(*, decision: Decision) -> str:
     out.append(f"- **Status:** {doc['status_label']}")
     out.append(
         f"- **Proposal:** {doc['proposal_label']}"
-        + (f" (candidate `{d['candidate']['arm']}`)" if d["candidate"] else "")
+        + (f" (candidate `{doc['names']['candidate_arm']}`)" if d["candidate_arm_id"] else "")
     )
     out.append(f"- **Promised traffic class:** {d['traffic_class']}")
     out.append(
         f"- **Experiment:** {doc['experiment']['name']} (#{doc['experiment']['id']}), target {doc['experiment']['target_model']}"
     )
-    out.append(f"- **Drafted by:** {d['created_by']} at {d['created_at']}")
+    out.append(f"- **Drafted by:** {doc['names']['created_by']} at {d['created_at']}")
     if d["supersedes_id"]:
         out.append(f"- **Supersedes:** decision #{d['supersedes_id']}")
     if doc["superseded_by"]:
@@ -139,7 +140,7 @@ def decision_markdown(*, decision: Decision) -> str:
     out += ["## Sign-off", ""]
     if s:
         out.append(
-            f"- **{s['verdict'].replace('_', ' ')}** by {s['signer']} ({s['role']}) at {s['signed_at']}"
+            f"- **{s['verdict'].replace('_', ' ')}** by {doc['names']['signer']} ({s['role']}) at {s['signed_at']}"
         )
         out.append(f"- Comment: {s['comment']}")
         if s["conditions"]:
@@ -222,14 +223,15 @@ def decision_pdf(*, decision: Decision) -> bytes:
         ["Status", doc["status_label"]],
         [
             "Proposal",
-            doc["proposal_label"] + (f" (candidate {d['candidate']['arm']})" if d["candidate"] else ""),
+            doc["proposal_label"]
+            + (f" (candidate {doc['names']['candidate_arm']})" if d["candidate_arm_id"] else ""),
         ],
         ["Promised class", d["traffic_class"]],
         [
             "Experiment",
             f"{doc['experiment']['name']} (#{doc['experiment']['id']}), target {doc['experiment']['target_model']}",
         ],
-        ["Drafted by", f"{d['created_by']} at {d['created_at']}"],
+        ["Drafted by", f"{doc['names']['created_by']} at {d['created_at']}"],
     ]
     if d["supersedes_id"]:
         facts.append(["Supersedes", f"decision #{d['supersedes_id']}"])
@@ -279,7 +281,12 @@ def decision_pdf(*, decision: Decision) -> bytes:
     if s:
         rows = [
             ["Verdict", "Signer", "Time", "Comment"],
-            [s["verdict"].replace("_", " "), f"{s['signer']} ({s['role']})", s["signed_at"], s["comment"]],
+            [
+                s["verdict"].replace("_", " "),
+                f"{doc['names']['signer']} ({s['role']})",
+                s["signed_at"],
+                s["comment"],
+            ],
         ]
         story.append(table(rows, [35 * mm, 35 * mm, 40 * mm, 65 * mm]))
         if s["conditions"]:

@@ -164,16 +164,17 @@ def iso_utc(value: dt.datetime | None) -> str | None:
 
 
 def decision_snapshot(*, decision: Decision) -> dict[str, Any]:
-    """The decision and its sign-off as plain data: what a bundle freezes and what
-    ``verify_archive`` compares the database against."""
-    arm = decision.candidate_arm
+    """The decision and its sign-off rows as plain data: what a bundle freezes and what
+    ``verify_archive`` compares the database against. Only columns of the decision's own
+    (immutable) rows: names of users and arms, which other apps may change, are in
+    :func:`decision_names`."""
     out: dict[str, Any] = {
         "decision": {
             "id": decision.pk,
             "title": decision.title,
             "experiment_id": decision.experiment_id,
             "proposal": decision.proposal,
-            "candidate": {"arm": arm.label, "config_hash": arm.config.content_hash} if arm else None,
+            "candidate_arm_id": decision.candidate_arm_id,
             "traffic_class": decision.traffic_class,
             "rationale": decision.rationale,
             "policy": decision.policy,
@@ -185,7 +186,7 @@ def decision_snapshot(*, decision: Decision) -> dict[str, Any]:
             "rollback": decision_rollback(decision=decision),
             "supersedes_id": decision.supersedes_id,
             "status": decision.status,
-            "created_by": decision.created_by.username,
+            "created_by_id": decision.created_by_id,
             "created_at": iso_utc(decision.created_at),
             "submitted_at": iso_utc(decision.submitted_at),
         },
@@ -194,7 +195,7 @@ def decision_snapshot(*, decision: Decision) -> dict[str, Any]:
     signoff = getattr(decision, "signoff", None) if decision.pk else None
     if signoff is not None:
         out["signoff"] = {
-            "signer": signoff.signer.username,
+            "signer_id": signoff.signer_id,
             "role": signoff.signer_role,
             "verdict": signoff.verdict,
             "comment": signoff.comment,
@@ -203,6 +204,19 @@ def decision_snapshot(*, decision: Decision) -> dict[str, Any]:
             "signed_at": iso_utc(signoff.signed_at),
         }
     return archive.json_safe(out)
+
+
+def decision_names(*, decision: Decision) -> dict[str, Any]:
+    """Human-readable names for the ids in the snapshot (as they are now; the bundle keeps them
+    as they were at signing)."""
+    arm = decision.candidate_arm
+    signoff = getattr(decision, "signoff", None) if decision.pk and decision.is_signed else None
+    return {
+        "created_by": decision.created_by.username,
+        "signer": signoff.signer.username if signoff else None,
+        "candidate_arm": arm.label if arm else None,
+        "candidate_config_hash": arm.config.content_hash if arm else None,
+    }
 
 
 def decision_rollback(*, decision: Decision) -> dict[str, Any]:
@@ -216,8 +230,10 @@ def decision_rollback(*, decision: Decision) -> dict[str, Any]:
 
 
 def archive_verify() -> dict[str, Any]:
-    """Recompute the whole chain and compare each archived decision and sign-off with its bundle.
-    Returns :func:`archive.chain_verify`'s result plus ``count`` (records in the archive)."""
+    """Recompute the whole chain, compare each archived decision and sign-off with its bundle,
+    and check that every signed decision has a record. Returns :func:`archive.chain_verify`'s
+    result plus ``count`` (records) and ``head_sha256`` (the last record's hash: an auditor who
+    notes it can later tell whether records were removed from the end of the chain)."""
     records = ArchiveRecord.objects.select_related(
         "decision__candidate_arm__config", "decision__created_by", "decision__signoff__signer"
     ).order_by("sequence")
@@ -237,6 +253,21 @@ def archive_verify() -> dict[str, Any]:
 
     result = archive.chain_verify(rows())
     result["count"] = records.count()
+    last = records.last()
+    result["head_sha256"] = last.record_sha256 if last else archive.GENESIS
+    if result["ok"]:
+        orphan = (
+            Decision.objects.filter(status__in=Decision.SIGNED_STATUSES, archive__isnull=True)
+            .order_by("id")
+            .first()
+        )
+        if orphan is not None:
+            result["ok"] = False
+            result["break"] = {
+                "sequence": None,
+                "decision_id": orphan.pk,
+                "reason": "a signed decision has no archive record (a record was removed)",
+            }
     return result
 
 
@@ -279,5 +310,11 @@ def decision_bundle(*, decision: Decision) -> dict[str, Any]:
         for e in decision_events(decision=decision)
     ]
     return archive.json_safe(
-        {"schema": archive.BUNDLE_SCHEMA, **snapshot, "evidence": evidence, "audit": events}
+        {
+            "schema": archive.BUNDLE_SCHEMA,
+            **snapshot,
+            "names": decision_names(decision=decision),
+            "evidence": evidence,
+            "audit": events,
+        }
     )

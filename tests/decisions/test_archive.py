@@ -4,6 +4,7 @@ the first record that was tampered with."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -94,8 +95,10 @@ def test_it_chains_each_signed_decision_to_the_previous_one(three_signed):
         (a, lo) for a in ("baseline", "ngram") for lo in ("1x", "4x")
     }
     assert next(h for h in headline if h["arm"] == "ngram")["peak_memory_bytes"] == 5 * 2**30
-    assert bundle["signoff"]["signer"] == "alex-approver"
-    assert archive_verify() | {"count": 3} == {"ok": True, "checked": 3, "break": None, "count": 3}
+    assert bundle["names"]["signer"] == "alex-approver" and bundle["signoff"]["role"] == "approver"
+    result = archive_verify()
+    assert (result["ok"], result["checked"], result["break"], result["count"]) == (True, 3, None, 3)
+    assert result["head_sha256"] == records[2].record_sha256
 
 
 def test_it_refuses_updates_and_deletes_in_the_database(signed):
@@ -119,7 +122,7 @@ def tamper(sql: str) -> None:
     immutability trigger is disabled (ALTER TABLE ... DISABLE TRIGGER, which the table owner
     may do), the row is changed with raw SQL, and the trigger is enabled again. All inside the
     test's transaction, which is rolled back afterwards."""
-    table = sql.split()[1]
+    table = re.search(r"(?:UPDATE|FROM)\s+(\w+)", sql).group(1)  # type: ignore[union-attr]
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             # Django's foreign keys are deferred; ALTER TABLE refuses while checks are pending.
@@ -129,7 +132,8 @@ def tamper(sql: str) -> None:
             cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER {table}_frozen")
             cursor.execute("SET CONSTRAINTS ALL DEFERRED")
         else:
-            cursor.execute(f"DROP TRIGGER IF EXISTS {table}_frozen_update")  # DDL is transactional in SQLite
+            for op in ("update", "delete"):  # DDL is transactional in SQLite: rolled back with the test
+                cursor.execute(f"DROP TRIGGER IF EXISTS {table}_frozen_{op}")
             cursor.execute(sql)
 
 
@@ -183,3 +187,18 @@ def test_it_shows_verified_or_the_break_on_the_archive_page(three_signed, viewer
     page = viewer_client.get("/decisions/archive/")
     assert b"Chain broken" in page.content and b"record #2" in page.content
     assert SignOff.objects.count() == 3
+
+
+def test_it_survives_renaming_a_user_and_an_arm(three_signed, engineer, capsys):
+    engineer.username = "erin-renamed"
+    engineer.save()
+    three_signed[0].candidate_arm.label = "ngram-renamed"
+    three_signed[0].candidate_arm.save()
+    assert run_verify(capsys)[0] == 0
+
+
+def test_it_notices_a_record_removed_from_the_end(three_signed, capsys):
+    last = ArchiveRecord.objects.get(sequence=3)
+    tamper(f"DELETE FROM decisions_archiverecord WHERE id = {last.pk}")
+    code, message = run_verify(capsys)
+    assert code == 1 and f"(decision {last.decision_id})" in message and "no archive record" in message

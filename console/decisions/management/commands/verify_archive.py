@@ -14,12 +14,15 @@ class Command(BaseCommand):
         result = archive_verify()
         if result["ok"]:
             self.stdout.write(
-                self.style.SUCCESS(f"archive verified: {result['checked']} records, chain intact")
+                self.style.SUCCESS(
+                    f"archive verified: {result['checked']} records, chain intact; head {result['head_sha256']}"
+                )
             )
             return
         br = result["break"]
+        where = f"record #{br['sequence']} " if br["sequence"] is not None else ""
         message = (
-            f"archive BROKEN at record #{br['sequence']} (decision {br['decision_id']}): {br['reason']}; "
+            f"archive BROKEN at {where}(decision {br['decision_id']}): {br['reason']}; "
             f"{result['checked']} records before it verified"
         )
         raise CommandError(message, returncode=1)
