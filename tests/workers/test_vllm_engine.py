@@ -122,6 +122,12 @@ def test_it_refuses_engine_args_it_sets_itself(key):
         VLLMEngine.validate(EngineConfig(engine="vllm", target_model=SMOL, engine_args={key: "x"}))
 
 
+def test_it_takes_a_device_for_routing_and_refuses_unknown_devices():
+    assert VLLMEngine.validate(_config(None, device="cpu")) is None
+    with pytest.raises(EngineError, match=r"engine_args.device must be one of \['cpu', 'cuda'\], got 'tpu'"):
+        VLLMEngine.validate(_config(None, device="tpu"))
+
+
 def test_it_refuses_configs_for_another_engine_or_without_a_model():
     with pytest.raises(EngineError, match="not 'vllm'"):
         VLLMEngine.validate(EngineConfig(engine="hf", target_model=SMOL))
@@ -204,6 +210,15 @@ def test_it_refuses_suffix_decoding_without_arctic_inference_before_loading_anyt
     assert time.perf_counter() - t0 < 5
     assert engine._llm is None and engine._loop is None
     engine.stop()
+
+
+@pytest.mark.vllm
+def test_it_refuses_a_config_for_another_device_before_loading_anything():
+    _need_vllm()
+    engine = VLLMEngine()
+    with pytest.raises(EngineError, match=r"asks for device 'cuda' but this worker's vLLM runs on 'cpu'"):
+        engine.start(_config(None, device="cuda"))
+    assert engine._loop is None
 
 
 @pytest.mark.vllm

