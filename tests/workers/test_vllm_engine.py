@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -25,23 +26,17 @@ from workers.engines.vllm import REQUIRED_SPEC_KEYS, SUPPORTED_METHODS, VLLMEngi
 SMOL = "smollm2-135m"
 K = 3
 SEQUENCE = "1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2,"
-# The spec examples docs/gpu-workers.md shows, one per method.
-DOC_EXAMPLES = {
-    "ngram": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5},
-    "draft_model": {
-        "method": "draft_model",
-        "model": "Qwen/Qwen2.5-0.5B-Instruct",
-        "num_speculative_tokens": 4,
-    },
-    "eagle": {"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3},
-    "eagle3": {
-        "method": "eagle3",
-        "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
-        "num_speculative_tokens": 3,
-    },
-    "mtp": {"method": "mtp", "num_speculative_tokens": 1},
-    "suffix": {"method": "suffix", "num_speculative_tokens": 16, "suffix_decoding_max_tree_depth": 24},
-}
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "gpu-workers.md"
+
+
+def _doc_examples() -> dict[str, dict[str, Any]]:
+    """The speculative_config examples docs/gpu-workers.md shows (```json blocks), by method."""
+    blocks = re.findall(r"```json\n(.*?)\n```", DOCS.read_text(), flags=re.S)
+    examples = [json.loads(b) for b in blocks]
+    return {e["method"]: e for e in examples if "method" in e}
+
+
+DOC_EXAMPLES = _doc_examples()
 
 
 def _config(spec=None, *, model=SMOL, **engine_args) -> EngineConfig:
@@ -62,7 +57,11 @@ def test_it_is_registered_as_the_vllm_kind_without_importing_vllm():
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("method", sorted(DOC_EXAMPLES))
+def test_it_documents_one_example_for_every_method_it_accepts():
+    assert sorted(DOC_EXAMPLES) == sorted(SUPPORTED_METHODS)
+
+
+@pytest.mark.parametrize("method", sorted(SUPPORTED_METHODS))
 def test_it_accepts_the_documented_config_of_every_method(method):
     assert VLLMEngine.validate(_config(DOC_EXAMPLES[method])) == DOC_EXAMPLES[method]
 
