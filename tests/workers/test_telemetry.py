@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from types import SimpleNamespace
 
+import psutil
 import pytest
 
-from workers.telemetry import TelemetrySampler, hardware_describe
+from workers.telemetry import TelemetrySampler, descendant_pids, hardware_describe
 
 
 def test_it_sees_the_memory_of_a_child_process_and_counts_cpu_time():
@@ -120,3 +122,19 @@ def test_it_describes_the_cpu_and_the_gpus():
     gpus = hardware_describe(nvml=FakeNVML())["gpus"]  # type: ignore[arg-type]
     assert [g["name"] for g in gpus] == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
     assert [g["memory_bytes"] for g in gpus] == [80 * 10**9, 80 * 10**9]
+
+
+def test_it_finds_grandchildren_without_scanning_every_process():
+    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3)']); time.sleep(3)"
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 10
+        grandchildren: list[int] = []
+        while time.monotonic() < deadline and not grandchildren:
+            found = descendant_pids(pid=os.getpid()) or []
+            grandchildren = [p for p in found if p != child.pid and psutil.Process(p).ppid() == child.pid]
+            time.sleep(0.05)
+        assert child.pid in found and len(grandchildren) == 1
+    finally:
+        child.kill()
+        child.wait()
