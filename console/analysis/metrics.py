@@ -104,7 +104,18 @@ def _deadline_limits(traffic_class: pd.Series, deadlines: Deadlines | None, key:
     return traffic_class.map(limits).astype(float).fillna(np.inf).to_numpy()
 
 
-def requests_derive(requests: pd.DataFrame, *, deadlines: Deadlines | None = None) -> pd.DataFrame:
+def chunk_times_flatten(requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """All ``chunk_times`` in one array (seconds) and the number of chunks per row. Pass it to
+    :func:`requests_derive` and :func:`gaps_flatten` to flatten the column once, not twice."""
+    return _flatten(requests["chunk_times"], float)
+
+
+def requests_derive(
+    requests: pd.DataFrame,
+    *,
+    deadlines: Deadlines | None = None,
+    chunk_times_flat: tuple[np.ndarray, np.ndarray] | None = None,
+) -> pd.DataFrame:
     """Per-request derived metrics, one row per input row (same index).
 
     Adds: ``completed`` (bool), ``failed`` (bool), ``output_tokens`` (tokens, 0 when failed),
@@ -126,11 +137,20 @@ def requests_derive(requests: pd.DataFrame, *, deadlines: Deadlines | None = Non
         e2e = np.where(completed, finish - sched, np.nan)
         tpot = np.where(completed & (tokens >= 2), (e2e - ttft) / (tokens - 1), np.nan)
 
-    # First and last chunk per request: a per-row lookup, cheaper than flattening every chunk.
-    chunks = [x if isinstance(x, list | tuple | np.ndarray) else () for x in requests["chunk_times"]]
-    lens = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
-    firstc = np.array([x[0] if len(x) else np.nan for x in chunks], dtype=float)
-    last = np.array([x[-1] if len(x) else np.nan for x in chunks], dtype=float)
+    if chunk_times_flat is not None:
+        times, lens = chunk_times_flat
+        starts = np.cumsum(lens) - lens
+        nonempty = lens > 0
+        firstc = np.full(lens.size, np.nan)
+        last = np.full(lens.size, np.nan)
+        firstc[nonempty] = times[starts[nonempty]]
+        last[nonempty] = times[starts[nonempty] + lens[nonempty] - 1]
+    else:
+        # First and last chunk per request: a per-row lookup, cheaper than flattening every chunk.
+        chunks = [x if isinstance(x, list | tuple | np.ndarray) else () for x in requests["chunk_times"]]
+        lens = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
+        firstc = np.array([x[0] if len(x) else np.nan for x in chunks], dtype=float)
+        last = np.array([x[-1] if len(x) else np.nan for x in chunks], dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         itl_mean = np.where(completed & (lens >= 2), (last - firstc) / (lens - 1), np.nan)
 
@@ -163,14 +183,16 @@ def _chunk_gaps(times: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.nda
     return np.diff(times)[keep], rows, keep
 
 
-def gaps_flatten(requests: pd.DataFrame) -> dict[str, np.ndarray]:
+def gaps_flatten(
+    requests: pd.DataFrame, *, chunk_times_flat: tuple[np.ndarray, np.ndarray] | None = None
+) -> dict[str, np.ndarray]:
     """Pooled inter-token gaps of completed requests (seconds).
 
     Returns ``{"chunk_gap_s", "chunk_row", "token_gap_s", "token_row"}``: per-chunk gaps and the
     positional row (0-based, in ``requests`` order) each belongs to; per-token gaps (see module
     docstring) and their rows. ``requests`` needs ``completed`` (from :func:`requests_derive`).
     """
-    times, lens = _flatten(requests["chunk_times"], float)
+    times, lens = chunk_times_flat if chunk_times_flat is not None else chunk_times_flatten(requests)
     ctoks, tlens = _flatten(requests["chunk_tokens"], np.int64)
     if not np.array_equal(lens, tlens):
         bad = requests["request_id"].to_numpy()[np.flatnonzero(lens != tlens)[:5]]

@@ -50,7 +50,7 @@ def point_stat(values: np.ndarray, stat: str) -> float:
 
 
 def _count_blocks(sizes: Sequence[int], *, n_boot: int, seed: int) -> Iterator[np.ndarray]:
-    """Yield float64 count matrices (resamples x requests), ``n_boot`` rows in total. Requests
+    """Yield float32 count matrices (resamples x requests), ``n_boot`` rows in total. Requests
     are ordered by stratum: the first ``sizes[0]`` columns are stratum 0, and so on. Matrices are
     Fortran-ordered (each request's counts contiguous), which the gathers below rely on."""
     rng = np.random.default_rng(seed)
@@ -59,7 +59,8 @@ def _count_blocks(sizes: Sequence[int], *, n_boot: int, seed: int) -> Iterator[n
     done = 0
     while done < n_boot:
         b = min(block, n_boot - done)
-        counts_t = np.empty((n, b), dtype=np.float64)  # requests x resamples
+        # requests x resamples; float32 holds counts and sums of counts below 2**24 exactly
+        counts_t = np.empty((n, b), dtype=np.float32)
         start = 0
         for m in sizes:
             dtype = np.int32 if b * m < 2**31 else np.int64
@@ -97,7 +98,7 @@ class _Quantile:
         # (window x resamples): counts is Fortran-ordered, so this is a contiguous gather and the
         # running sum goes down contiguous rows.
         window = counts[:, self.sorted_idx[self.start : self.stop]].T
-        cs = np.cumsum(window, axis=0)
+        cs = np.cumsum(window, axis=0, dtype=np.float64)
         cs += below[None, :]
         h = self.q * (nb - 1)
         lo = np.floor(h)
@@ -109,7 +110,7 @@ class _Quantile:
             inside = ok & (below <= p) & (cs[-1] > p)
             j = np.argmax(cs > p[None, :], axis=0) + self.start
             for r in np.flatnonzero(ok & ~inside):
-                full = np.cumsum(counts[r, self.sorted_idx])
+                full = np.cumsum(counts[r, self.sorted_idx], dtype=np.float64)
                 j[r] = np.searchsorted(full, p[r], side="right")
             j = np.clip(j, 0, self.sorted_values.size - 1)
             vals.append(self.sorted_values[j])
@@ -145,41 +146,46 @@ def bootstrap_distributions(
     # One matrix product gives, per resample: valid count, sum, and counts below each window.
     # Identical matrix columns (e.g. the same validity mask for a candidate and its baseline)
     # are computed once.
-    mat_cols: list[np.ndarray] = []
+    # Counting columns (0/1 indicators: integer products, exact in float32) and value sums
+    # (float64) go into two matrices.
+    count_cols: list[np.ndarray] = []
+    sum_cols: list[np.ndarray] = []
     seen: dict[bytes, int] = {}
 
     def add(vec: np.ndarray) -> int:
         key = vec.tobytes()
         if key not in seen:
-            seen[key] = len(mat_cols)
-            mat_cols.append(vec)
+            seen[key] = len(count_cols)
+            count_cols.append(vec)
         return seen[key]
 
     pos: dict[tuple[Hashable, str], int] = {}
     quantiles: dict[tuple[Hashable, str], _Quantile] = {}
     for k in keys:
-        pos[(k, "_n")] = add(valid[k].astype(float))
+        pos[(k, "_n")] = add(valid[k].astype(np.float32))
         if "mean" in stats.get(k, ()):
-            pos[(k, "_sum")] = add(np.where(valid[k], values[k], 0.0))
+            pos[(k, "_sum")] = len(sum_cols)
+            sum_cols.append(np.where(valid[k], values[k], 0.0))
         for stat in stats.get(k, ()):
             q = _stat_q(stat)
             if q is not None:
                 quantiles[(k, stat)] = _Quantile(values[k], valid[k], q)
-                pos[(k, stat)] = add(quantiles[(k, stat)].below)
-    matrix = np.column_stack(mat_cols)
+                pos[(k, stat)] = add(quantiles[(k, stat)].below.astype(np.float32))
+    count_matrix = np.column_stack(count_cols)
+    sum_matrix = np.column_stack(sum_cols) if sum_cols else None
     parts: dict[tuple[Hashable, str], list[np.ndarray]] = {(k, s): [] for k in keys for s in stats.get(k, ())}
     for counts in _count_blocks(sizes, n_boot=n_boot, seed=seed):
-        prod = counts @ matrix
+        prod = (counts @ count_matrix).astype(np.float64)
+        sums = counts.astype(np.float64) @ sum_matrix if sum_matrix is not None else None
         for k in keys:
             nb = prod[:, pos[(k, "_n")]]
             for stat in stats.get(k, ()):
                 if stat == "mean":
                     with np.errstate(invalid="ignore", divide="ignore"):
-                        parts[(k, stat)].append(prod[:, pos[(k, "_sum")]] / nb)
+                        parts[(k, stat)].append(sums[:, pos[(k, "_sum")]] / nb)
                 else:
-                    parts[(k, stat)].append(
-                        quantiles[(k, stat)].evaluate(counts, nb, prod[:, pos[(k, stat)]])
-                    )
+                    below = prod[:, pos[(k, stat)]]
+                    parts[(k, stat)].append(quantiles[(k, stat)].evaluate(counts, nb, below))
     return {key: np.concatenate(chunks) for key, chunks in parts.items()}
 
 
@@ -470,7 +476,19 @@ def _json_safe(value: object) -> object:
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
-    return [_json_safe(r) for r in frame.to_dict(orient="records")]  # type: ignore[misc]
+    """Rows as JSON-safe dicts, converted a column at a time."""
+    columns: dict[str, list] = {}
+    for name in frame.columns:
+        col = frame[name]
+        if isinstance(col.dtype, np.dtype) and col.dtype.kind == "f":
+            arr = col.to_numpy()
+            values = arr.astype(object)
+            values[~np.isfinite(arr)] = None
+            columns[str(name)] = values.tolist()
+        else:
+            columns[str(name)] = [_json_safe(v) for v in col.astype(object).tolist()]
+    names = list(columns)
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)]
 
 
 def _resolve_baseline(requests: pd.DataFrame, baseline_arm: str | None) -> str:
@@ -598,6 +616,7 @@ def comparison_compute(
     from console.analysis.metrics import (
         acceptance_aggregate,
         acceptance_by_position,
+        chunk_times_flatten,
         gaps_flatten,
         group_codes,
         metrics_aggregate,
@@ -618,8 +637,10 @@ def comparison_compute(
 
     notes: list[str] = []
     base_arm = _resolve_baseline(requests, baseline_arm)
-    req = requests.reset_index(drop=True)
-    derived = requests_derive(req, deadlines=deadlines)
+    # Rows grouped by arm, load and run: every grouping below then finds its rows contiguous.
+    req = requests.sort_values(["arm", "load", "repeat", "run_id"], kind="stable").reset_index(drop=True)
+    chunk_flat = chunk_times_flatten(req)
+    derived = requests_derive(req, deadlines=deadlines, chunk_times_flat=chunk_flat)
     derived = slices_assign(derived, baseline_arm=base_arm)
     flags = quality_flags(derived)
     stored = [c for names in STORED_COLUMNS.values() for c in names]
@@ -627,7 +648,8 @@ def comparison_compute(
     derived = pd.concat([derived, flags, exact_match(derived, baseline_arm=base_arm)], axis=1)
     derived["success"] = request_success(derived).astype(float)
     derived["met_deadline_f"] = derived["met_deadline"].astype(float)
-    gaps = gaps_flatten(derived)
+    gaps = gaps_flatten(derived, chunk_times_flat=chunk_flat)
+    del chunk_flat
     steps = steps_flatten(derived)
     request_steps = steps_per_request(steps, n_rows=len(derived))
     # The list and text columns are flattened or checked now; dropping them keeps the many
@@ -657,13 +679,13 @@ def comparison_compute(
         return out
 
     # Per run.
-    per_run = with_extras(metrics_aggregate(derived, runs, by=["run_id"], gaps=gaps), ["run_id"])
+    run_by = ["arm", "load", "repeat", "run_id"]
+    per_run = with_extras(metrics_aggregate(derived, runs, by=run_by, gaps=gaps), run_by)
     per_run = per_run.drop(columns=["wall_s"]).merge(
         costs.drop(columns=["arm", "load", "repeat"], errors="ignore"), on="run_id", how="left"
     )
     per_run = _cost_columns(per_run).drop(columns=["cost_output_tokens"])
     run_keys = derived.drop_duplicates("run_id").set_index("run_id")[["arm", "load", "repeat"]]
-    per_run = run_keys.reset_index().merge(per_run, on="run_id", how="right")
 
     # Per arm x load.
     headline = with_extras(metrics_aggregate(derived, runs, by=["arm", "load"], gaps=gaps), ["arm", "load"])
@@ -914,16 +936,18 @@ def comparison_compute(
         row["deltas"] = _json_safe(deltas.get((row["arm"], row["load"]), []))
     summary = {
         "schema_version": SCHEMA_VERSION,
-        "baseline_arm": base_arm,
-        "params": {
-            "deadlines": deadlines,
-            "cost_per_hour_usd": cost_per_hour_usd,
-            "power_price_usd_per_kwh": power_price_usd_per_kwh,
-            "sweeps": sweeps,
-            "n_boot": n_boot,
-            "seed": seed,
-            "ci": ci,
-        },
+        "baseline_arm": str(base_arm),
+        "params": _json_safe(
+            {
+                "deadlines": deadlines,
+                "cost_per_hour_usd": cost_per_hour_usd,
+                "power_price_usd_per_kwh": power_price_usd_per_kwh,
+                "sweeps": sweeps,
+                "n_boot": n_boot,
+                "seed": seed,
+                "ci": ci,
+            }
+        ),
         "headline": headline_rows,
         "runs": _records(per_run),
         "spread": _records(spread),
@@ -939,4 +963,5 @@ def comparison_compute(
         "knees": _json_safe(knee_rows),
         "notes": notes,
     }
-    return _json_safe(summary)  # type: ignore[return-value]
+    # Every part is JSON-safe already (_records and _json_safe above).
+    return summary
