@@ -173,16 +173,6 @@ def requests_derive(
     return out
 
 
-def _chunk_gaps(times: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Gaps between consecutive chunks of the same request: (gap seconds, row index, mask over
-    ``times[1:]`` selecting the later chunk of each gap)."""
-    starts = np.cumsum(lens) - lens
-    keep = np.ones(max(times.size - 1, 0), dtype=bool)
-    keep[starts[(lens > 0) & (starts > 0)] - 1] = False
-    rows = np.repeat(np.arange(lens.size), np.maximum(lens - 1, 0))
-    return np.diff(times)[keep], rows, keep
-
-
 def gaps_flatten(
     requests: pd.DataFrame, *, chunk_times_flat: tuple[np.ndarray, np.ndarray] | None = None
 ) -> dict[str, np.ndarray]:
@@ -190,7 +180,8 @@ def gaps_flatten(
 
     Returns ``{"chunk_gap_s", "chunk_row", "token_gap_s", "token_row"}``: per-chunk gaps and the
     positional row (0-based, in ``requests`` order) each belongs to; per-token gaps (see module
-    docstring) and their rows. ``requests`` needs ``completed`` (from :func:`requests_derive`).
+    docstring) and their rows. Rows are non-decreasing in every array. ``requests`` needs
+    ``completed`` (from :func:`requests_derive`).
     """
     times, lens = chunk_times_flat if chunk_times_flat is not None else chunk_times_flatten(requests)
     ctoks, tlens = _flatten(requests["chunk_tokens"], np.int64)
@@ -198,24 +189,29 @@ def gaps_flatten(
         bad = requests["request_id"].to_numpy()[np.flatnonzero(lens != tlens)[:5]]
         raise ValueError(f"chunk_times and chunk_tokens differ in length for requests {list(bad)}")
     completed = requests["completed"].to_numpy(dtype=bool)
-    gaps, rows, later = _chunk_gaps(times, lens)
-    later_tokens = ctoks[1:][later]
-    keep = completed[rows]
-    gaps, rows = gaps[keep], rows[keep]
-    per_chunk_tokens = np.maximum(later_tokens[keep], 1)
-    token_gaps = np.repeat(gaps / per_chunk_tokens, per_chunk_tokens)
-    token_rows = np.repeat(rows, per_chunk_tokens)
-    # The first chunk's extra tokens arrived together with the first token: gaps of 0.
+    # Work over every chunk in row order, so that each output array stays sorted by row: the
+    # first chunk of a request has gap 0 and weighs its n0 - 1 extra tokens (they arrived with
+    # the first token); a later chunk of n tokens after g seconds weighs n gaps of g / n.
     starts = np.cumsum(lens) - lens
-    nonempty = (lens > 0) & completed
-    extra = np.zeros(lens.size, dtype=np.int64)
-    extra[nonempty] = np.maximum(ctoks[starts[nonempty]] - 1, 0)
-    zero_rows = np.repeat(np.arange(lens.size), extra)
+    first = np.zeros(times.size, dtype=bool)
+    first[starts[lens > 0]] = True
+    gap_all = np.empty_like(times)
+    if times.size:
+        gap_all[1:] = np.diff(times)
+        gap_all[first] = 0.0
+    row_all = np.repeat(np.arange(lens.size, dtype=np.int64), lens)
+    chunk_mask = ~first
+    tokens = np.maximum(ctoks, 1)
+    weight = np.where(first, np.maximum(ctoks - 1, 0), tokens)
+    if not completed.all():
+        done = completed[row_all]
+        chunk_mask &= done
+        weight = np.where(done, weight, 0)
     return {
-        "chunk_gap_s": gaps,
-        "chunk_row": rows,
-        "token_gap_s": np.concatenate([token_gaps, np.zeros(zero_rows.size)]),
-        "token_row": np.concatenate([token_rows, zero_rows]),
+        "chunk_gap_s": gap_all[chunk_mask],
+        "chunk_row": row_all[chunk_mask],
+        "token_gap_s": np.repeat(gap_all / tokens, weight),
+        "token_row": np.repeat(row_all, weight),
     }
 
 
@@ -278,6 +274,7 @@ def metrics_aggregate(
     codes, keys = group_codes(derived, by)
     order = _group_order(codes)
     bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
+    row_bounds = bounds  # when ``order`` is a slice, group g is rows bounds[g] to bounds[g + 1]
     columns = {m: derived[m].to_numpy(dtype=float)[order] for m in REQUEST_METRICS}
     gap_sets: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     if gaps is not None:
@@ -285,6 +282,10 @@ def metrics_aggregate(
             ("itl_chunk_s", "chunk_gap_s", "chunk_row"),
             ("itl_token_s", "token_gap_s", "token_row"),
         ):
+            if isinstance(order, slice):
+                # Groups are contiguous row ranges and gap rows are sorted: no gather needed.
+                gap_sets[name] = (gaps[vkey], np.searchsorted(gaps[rkey], row_bounds))
+                continue
             gcodes = codes[gaps[rkey]]
             gorder = _group_order(gcodes)
             gbounds = np.searchsorted(gcodes[gorder], np.arange(len(keys) + 1))

@@ -246,6 +246,7 @@ def test_it_keeps_token_gaps_summing_to_the_stream_duration(chunks):
     assert gaps["token_gap_s"].size == sum(tokens) - 1
     assert gaps["token_gap_s"].sum() == pytest.approx(times[-1] - times[0])
     assert gaps["chunk_gap_s"].size == len(times) - 1
+    assert (np.diff(gaps["token_row"]) >= 0).all() and (np.diff(gaps["chunk_row"]) >= 0).all()
 
 
 def test_it_prices_runs_with_energy_and_counts_successes():
