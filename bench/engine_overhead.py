@@ -67,11 +67,14 @@ def through_engine(engine: HFEngine, request: EngineRequest) -> list[int]:
 
 
 def measure(engine: HFEngine, requests: list[EngineRequest], repeats: int) -> dict[str, float]:
+    """Seconds (wall and process CPU) and tokens per path, direct and engine calls alternating."""
     import dataclasses
 
     through_engine(engine, requests[0])  # warm-up, both paths share it
     direct(engine, requests[0])
-    totals = {"direct_s": 0.0, "engine_s": 0.0, "direct_tokens": 0, "engine_tokens": 0, "mismatches": 0}
+    totals: dict[str, float] = {"mismatches": 0}
+    for path in ("direct", "engine"):
+        totals.update({f"{path}_s": 0.0, f"{path}_cpu_s": 0.0, f"{path}_tokens": 0})
     for r in range(repeats):
         for i, request in enumerate(requests):
             request = dataclasses.replace(request, request_id=f"{request.request_id}-r{r}")
@@ -79,11 +82,12 @@ def measure(engine: HFEngine, requests: list[EngineRequest], repeats: int) -> di
             order = ("direct", "engine") if (i + r) % 2 == 0 else ("engine", "direct")
             outputs = {}
             for path in order:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 outputs[path] = (
                     direct(engine, request) if path == "direct" else through_engine(engine, request)
                 )
                 totals[f"{path}_s"] += time.perf_counter() - t0
+                totals[f"{path}_cpu_s"] += time.process_time() - c0
                 totals[f"{path}_tokens"] += len(outputs[path])
             totals["mismatches"] += outputs["direct"] != outputs["engine"]
     return totals
@@ -97,6 +101,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--k", type=int, default=5, help="ngram num_speculative_tokens")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all usable CPUs)")
     args = parser.parse_args()
 
     import dataclasses
@@ -105,42 +110,42 @@ def main() -> None:
     import transformers
 
     requests = [dataclasses.replace(r, max_tokens=args.max_tokens) for r in shared_prompts(args.prompts)]
-    paths = {
-        "baseline": None,
-        # prompt_lookup_min=1 is transformers' own behaviour, so the direct call runs the same algorithm.
-        "ngram": {
-            "method": "ngram",
-            "num_speculative_tokens": args.k,
-            "prompt_lookup_max": 3,
-            "prompt_lookup_min": 1,
-        },
+    # prompt_lookup_min=1 is transformers' own behaviour, so the direct call runs the same algorithm.
+    ngram = {
+        "method": "ngram",
+        "num_speculative_tokens": args.k,
+        "prompt_lookup_max": 3,
+        "prompt_lookup_min": 1,
     }
+    engine_args = {"dtype": args.dtype, **({"num_threads": args.threads} if args.threads else {})}
     print(
-        f"model {args.model}, dtype {args.dtype}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
-        f"transformers {transformers.__version__}, {len(requests)} prompts x {args.max_tokens} tokens x "
-        f"{args.repeats} repeats, greedy"
+        f"model {args.model}, dtype {args.dtype}, torch {torch.__version__}, transformers {transformers.__version__}, "
+        f"{len(requests)} prompts x {args.max_tokens} tokens x {args.repeats} repeats, greedy, "
+        f"load average before {os.getloadavg()[0]:.1f}"
     )
     print(
-        f"{'path':<10} {'direct tok/s':>13} {'specreview tok/s':>17} {'ratio':>7} {'tokens':>7} {'mismatches':>10}"
+        f"{'path':<9} {'direct tok/s':>12} {'specreview tok/s':>16} {'ratio':>6} "
+        f"{'direct cpu-ms/tok':>17} {'specreview cpu-ms/tok':>21} {'tokens':>6} {'mismatches':>10}"
     )
-    for name, spec in paths.items():
+    for name, spec in (("baseline", None), ("ngram", ngram)):
         engine = HFEngine()
         engine.start(
             EngineConfig(
-                engine="hf",
-                target_model=args.model,
-                engine_args={"dtype": args.dtype},
-                speculative_config=spec,
+                engine="hf", target_model=args.model, engine_args=engine_args, speculative_config=spec
             )
         )
         try:
             t = measure(engine, requests, args.repeats)
         finally:
             engine.stop()
-        d = t["direct_tokens"] / t["direct_s"]
-        e = t["engine_tokens"] / t["engine_s"]
-        print(f"{name:<10} {d:>13.2f} {e:>17.2f} {e / d:>7.3f} {t['engine_tokens']:>7} {t['mismatches']:>10}")
+        d, e = t["direct_tokens"] / t["direct_s"], t["engine_tokens"] / t["engine_s"]
+        dc, ec = 1000 * t["direct_cpu_s"] / t["direct_tokens"], 1000 * t["engine_cpu_s"] / t["engine_tokens"]
+        print(
+            f"{name:<9} {d:>12.2f} {e:>16.2f} {e / d:>6.3f} {dc:>17.1f} {ec:>21.1f} "
+            f"{int(t['engine_tokens']):>6} {int(t['mismatches']):>10}"
+        )
         sys.stdout.flush()
+    print(f"threads {torch.get_num_threads()}, load average after {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -317,3 +317,9 @@ def test_it_stops_cleanly_with_a_request_running_and_one_queued():
     assert len(rest) < 499 and all(c.finish_reason is None for c in rest)
     assert took < 30
     engine.stop()  # twice is fine
+
+
+@pytest.mark.model
+def test_it_refuses_a_request_without_tokens_to_generate(baseline):
+    with pytest.raises(EngineError, match="max_tokens must be >= 1"):
+        _collect(baseline, EngineRequest(request_id="z", max_tokens=0, prompt="hi"))

@@ -23,6 +23,7 @@ counted by ``hf_seam``. Generation runs in a single worker thread, so concurrent
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import threading
@@ -368,35 +369,37 @@ class HFEngine:
         )
         if request.temperature != 0 and request.seed is not None:
             torch.manual_seed(request.seed)
-        with torch.inference_mode():
-            if recorder is None:
-                self._model.generate(
-                    input_ids,
-                    attention_mask=torch.ones_like(input_ids),
-                    streamer=streamer,
-                    stopping_criteria=StoppingCriteriaList([Cancelled()]),
-                    **kwargs,
-                )
-            else:
-                with counting_steps(self._model, recorder, prompt_lookup_min=self._plan.lookup_min):
-                    self._model.generate(
-                        input_ids,
-                        attention_mask=torch.ones_like(input_ids),
-                        streamer=streamer,
-                        stopping_criteria=StoppingCriteriaList([Cancelled()]),
-                        **kwargs,
-                    )
+        seam = (
+            contextlib.nullcontext()
+            if recorder is None or self._plan is None
+            else counting_steps(self._model, recorder, prompt_lookup_min=self._plan.lookup_min)
+        )
+        with torch.inference_mode(), seam:
+            self._model.generate(
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                streamer=streamer,
+                stopping_criteria=StoppingCriteriaList([Cancelled()]),
+                **kwargs,
+            )
         self._count(streamer.generated, recorder)
 
     async def stream(self, request: EngineRequest) -> AsyncIterator[Chunk]:
         if self._executor is None:
             raise EngineError("the hf engine is not started")
+        if request.max_tokens < 1:
+            raise EngineError(
+                f"request {request.request_id!r}: max_tokens must be >= 1, got {request.max_tokens}"
+            )
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         cancel = threading.Event()
 
         def emit(item: Any) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the consumer's event loop is gone: nobody is listening any more
+                cancel.set()
 
         def run() -> None:
             try:
@@ -428,7 +431,7 @@ class HFEngine:
                     ) from item
                 new_ids, t, drafted, accepted, finish = item
                 ids.extend(new_ids)
-                text = tok.decode(ids, skip_special_tokens=True)
+                text = tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
                 # Hold back a trailing partial UTF-8 character until the token that completes it.
                 if finish is None and text.endswith("\ufffd"):
                     delta = ""
