@@ -185,7 +185,9 @@ def request_features(requests: pd.DataFrame, *, model: str) -> pd.DataFrame:
     out["traffic_class"] = first["traffic_class"].astype(object)
     out["prompt_tokens_bucket"] = bucket_assign(first["prompt_tokens"].to_numpy(), edges=PROMPT_LENGTH_EDGES)
     out["max_tokens_bucket"] = bucket_assign(first["max_tokens"].to_numpy(), edges=MAX_TOKENS_EDGES)
-    out["has_schema"] = [_present(v) for v in first.get("response_format", pd.Series(None, index=first.index))]
+    out["has_schema"] = [
+        _present(v) for v in first.get("response_format", pd.Series(None, index=first.index))
+    ]
     out["has_tools"] = [_present(v) for v in first.get("tools", pd.Series(None, index=first.index))]
     out["model"] = model
     return out
@@ -331,9 +333,7 @@ class FitParams:
     seed: int = 0
 
 
-def _slice_stats(
-    pool: pd.DataFrame, combo: tuple[str, ...], params: FitParams
-) -> list[dict[str, Any]]:
+def _slice_stats(pool: pd.DataFrame, combo: tuple[str, ...], params: FitParams) -> list[dict[str, Any]]:
     """Stats of every (arm, values of ``combo``) group of ``pool`` (units joined with features)."""
     rows = []
     keys = ["arm", *combo]
@@ -449,7 +449,11 @@ def rules_document(rules: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "schema": SCHEMA,
         "buckets": buckets_spec(),
         "rules": [
-            {"when": dict(r.get("when") or {}), "arm": r.get("arm"), "speculative_config": r.get("speculative_config")}
+            {
+                "when": dict(r.get("when") or {}),
+                "arm": r.get("arm"),
+                "speculative_config": r.get("speculative_config"),
+            }
             for r in rules
         ],
     }
@@ -465,7 +469,9 @@ def document_sha256(document: Mapping[str, Any]) -> str:
 
 
 def _summary(values: np.ndarray, params: FitParams) -> dict[str, float | int]:
-    point, lo, hi = benefit_interval(values, stat=params.stat, ci=params.ci, n_boot=params.n_boot, seed=params.seed)
+    point, lo, hi = benefit_interval(
+        values, stat=params.stat, ci=params.ci, n_boot=params.n_boot, seed=params.seed
+    )
     return {"n": int(np.isfinite(values).sum()), "benefit": point, "lo": lo, "hi": hi}
 
 
@@ -494,7 +500,9 @@ def policy_score(
     feats = features.loc[features["split"] == split]
     route = policy_route(rules, feats)
     arms = sorted(units["arm"].unique().tolist(), key=str)
-    wide = units.pivot_table(index="request_id", columns="arm", values="benefit", aggfunc="first", dropna=False)
+    wide = units.pivot_table(
+        index="request_id", columns="arm", values="benefit", aggfunc="first", dropna=False
+    )
     wide = wide.reindex(index=feats.index, columns=arms)
     delta = units.pivot_table(index="request_id", columns="arm", values="success_delta", aggfunc="first")
     delta = delta.reindex(index=feats.index, columns=arms)
@@ -518,16 +526,19 @@ def policy_score(
         "policy": _summary(routed, params),
         "all_off": {"n": n, "benefit": 0.0, "lo": 0.0, "hi": 0.0},
         "all_on": {arm: _summary(wide[arm].to_numpy(dtype=float), params) for arm in arms},
-        "policy_vs_all_on": {
-            arm: _summary(routed - wide[arm].to_numpy(dtype=float), params) for arm in arms
-        },
+        "policy_vs_all_on": {arm: _summary(routed - wide[arm].to_numpy(dtype=float), params) for arm in arms},
         "lost_successes": lost,
         "regressions": regressions,
     }
     per_rule = []
     for i, r in enumerate(rules):
         rows = (route["rule"] == i).to_numpy()
-        entry = {"rule": i, "when": dict(r.get("when") or {}), "arm": r.get("arm"), "n_requests": int(rows.sum())}
+        entry = {
+            "rule": i,
+            "when": dict(r.get("when") or {}),
+            "arm": r.get("arm"),
+            "n_requests": int(rows.sum()),
+        }
         if r.get("arm") is not None and r.get("arm") in wide:
             entry.update(_summary(wide[r["arm"]].to_numpy(dtype=float)[rows], params))
         else:

@@ -12,7 +12,9 @@ from console.experiments.models import Experiment
 class SlicePolicy(models.Model):
     experiment = models.ForeignKey(Experiment, on_delete=models.PROTECT, related_name="slice_policies")
     baseline_arm = models.CharField(max_length=200)
-    arms = models.JSONField(default=list, help_text="candidate arm labels it chose among (a sweep: one per k)")
+    arms = models.JSONField(
+        default=list, help_text="candidate arm labels it chose among (a sweep: one per k)"
+    )
     load = models.CharField(max_length=40, blank=True, help_text="load level label; empty = all pooled")
     metric = models.CharField(max_length=20, help_text="a key of console.policies.fit.METRICS")
     features = models.JSONField(default=list, help_text="allowlisted pre-execution features it could use")
@@ -20,7 +22,9 @@ class SlicePolicy(models.Model):
     rules = models.JSONField(
         default=list, help_text="the router document: schema, bucket edges and the first-match rule list"
     )
-    rules_sha256 = models.CharField(max_length=64, db_index=True, help_text="sha256 of the canonical rules JSON")
+    rules_sha256 = models.CharField(
+        max_length=64, db_index=True, help_text="sha256 of the canonical rules JSON"
+    )
     fit_details = models.JSONField(
         default=dict, blank=True, help_text="per-rule train statistics and every slice the fit considered"
     )

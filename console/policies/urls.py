@@ -1,4 +1,11 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from console.policies import views
 
 app_name = "policies"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.policy_list_view, name="list"),
+    path("new/", views.policy_new, name="new"),
+    path("<int:pk>/", views.policy_detail, name="detail"),
+    path("<int:pk>/rules.json", views.policy_rules_json, name="rules-json"),
+]

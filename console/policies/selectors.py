@@ -1,0 +1,166 @@
+"""Reads for slice policies: the fitter's inputs from stored results, and what the pages show."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from django.db.models import QuerySet
+
+from console.analysis.metrics import requests_derive
+from console.analysis.quality import quality_flags
+from console.analysis.selectors import experiment_finished_runs, experiment_sweeps, results_frames
+from console.experiments.models import Experiment
+from console.policies import fit
+from console.policies.models import SlicePolicy
+from console.traces.models import TraceRequest
+
+
+class PolicyInputError(ValueError):
+    """The experiment cannot give a policy its inputs (message says why)."""
+
+
+@dataclass
+class PolicyInputs:
+    """What :func:`console.policies.fit.policy_fit` needs, read from one experiment."""
+
+    baseline_arm: str
+    arm_configs: dict[str, Any]
+    derived: pd.DataFrame
+    features: pd.DataFrame
+    run_ids: list[int] = field(default_factory=list)
+
+
+def experiment_fit_choices(*, experiment: Experiment) -> dict[str, Any]:
+    """Arms, load levels, sweeps and metrics the fit form offers for ``experiment``."""
+    arms = list(experiment.arms.select_related("config").order_by("position"))
+    finished = {r.arm_id for r in experiment_finished_runs(experiment=experiment)}
+    return {
+        "baseline": next((a.label for a in arms if a.is_baseline), None),
+        "candidates": [a.label for a in arms if not a.is_baseline and a.pk in finished],
+        "loads": [lv.get("label") for lv in experiment.load_levels or []],
+        "sweeps": experiment_sweeps(arms=arms),
+        "metrics": {k: v[2] for k, v in fit.METRICS.items()},
+        "features": dict(fit.ALLOWED_FEATURES),
+    }
+
+
+def policy_inputs(*, experiment: Experiment, arms: list[str] | None, load: str | None) -> PolicyInputs:
+    """The experiment's finished results for the baseline and ``arms`` (None = every candidate)
+    at ``load`` (None = all loads), with the trace's train/holdout split joined by request id,
+    per-request metrics (seconds, under the experiment's deadlines) and quality flags."""
+    all_arms = list(experiment.arms.select_related("config"))
+    baselines = [a for a in all_arms if a.is_baseline]
+    if len(baselines) != 1:
+        raise PolicyInputError(
+            f"the experiment has {len(baselines)} baseline arms; a policy needs exactly one"
+        )
+    baseline = baselines[0]
+    candidates = [a for a in all_arms if not a.is_baseline]
+    if arms is not None:
+        known = {a.label for a in candidates}
+        unknown = [a for a in arms if a not in known]
+        if unknown:
+            raise PolicyInputError(f"not a candidate arm of this experiment: {', '.join(unknown)}")
+        candidates = [a for a in candidates if a.label in arms]
+    if not candidates:
+        raise PolicyInputError("choose at least one candidate arm")
+    loads = [lv.get("label") for lv in experiment.load_levels or []]
+    if load is not None and load not in loads:
+        raise PolicyInputError(
+            f"unknown load level {load!r}; the experiment has {', '.join(map(str, loads))}"
+        )
+    wanted = {baseline.pk, *(a.pk for a in candidates)}
+    runs = [
+        r
+        for r in experiment_finished_runs(experiment=experiment)
+        if r.arm_id in wanted and (load is None or r.load_label == load)
+    ]
+    if not any(r.arm_id == baseline.pk for r in runs):
+        raise PolicyInputError("no finished baseline run at this load: nothing to pair the candidates with")
+    finished_candidates = {r.arm_id for r in runs} - {baseline.pk}
+    candidates = [a for a in candidates if a.pk in finished_candidates]
+    if not candidates:
+        raise PolicyInputError("no finished candidate run at this load")
+    requests, _ = results_frames(runs=runs)
+    splits = dict(
+        TraceRequest.objects.filter(trace_id=experiment.trace_id).values_list("request_id", "split")
+    )
+    requests["split"] = requests["request_id"].map(splits)
+    derived = requests_derive(requests, deadlines=experiment.deadlines)
+    flags = quality_flags(derived)
+    derived = pd.concat([derived, flags], axis=1)
+    model = baseline.config.target_model or experiment.target_model
+    return PolicyInputs(
+        baseline_arm=baseline.label,
+        arm_configs={a.label: a.config.speculative_config for a in candidates},
+        derived=derived,
+        features=fit.request_features(requests, model=model),
+        run_ids=sorted(r.pk for r in runs),
+    )
+
+
+def experiment_policies(*, experiment: Experiment) -> QuerySet[SlicePolicy]:
+    return SlicePolicy.objects.filter(experiment=experiment).select_related("created_by")
+
+
+def policy_list(*, experiment: Experiment | None = None) -> QuerySet[SlicePolicy]:
+    qs = SlicePolicy.objects.select_related("experiment", "created_by")
+    return qs.filter(experiment=experiment) if experiment is not None else qs
+
+
+def policy_export(*, policy: SlicePolicy) -> dict[str, Any]:
+    """The policy as a decision freezes it: the router document, its sha256, what it was fitted
+    on, and the train and holdout headline numbers (benefits in seconds vs the baseline)."""
+
+    def headline(scores: dict) -> dict:
+        return {
+            k: scores.get(k) for k in ("n_requests", "share_on", "policy", "lost_successes", "regressions")
+        }
+
+    return {
+        "id": policy.pk,
+        "url": f"/policies/{policy.pk}/",
+        "experiment_id": policy.experiment_id,
+        "baseline_arm": policy.baseline_arm,
+        "arms": policy.arms,
+        "load": policy.load or None,
+        "metric": policy.metric,
+        "features": policy.features,
+        "params": policy.params,
+        "document": policy.rules,
+        "rules_sha256": policy.rules_sha256,
+        "train": headline(policy.train_scores or {}),
+        "holdout": headline(policy.holdout_scores or {}),
+        "overfitting": policy.overfitting,
+        "created_by": policy.created_by.username if policy.created_by else None,
+        "created_at": policy.created_at.isoformat() if policy.created_at else None,
+    }
+
+
+def _when_text(when: dict) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in when.items()) or "all traffic"
+
+
+def policy_page(*, policy: SlicePolicy) -> dict[str, Any]:
+    """Rows for the detail page: one per rule with its train and holdout numbers (seconds) and
+    whether it is flagged as overfit."""
+    doc_rules = (policy.rules or {}).get("rules", [])
+    train = (policy.train_scores or {}).get("rules", [])
+    holdout = (policy.holdout_scores or {}).get("rules", [])
+    flagged = set((policy.overfitting or {}).get("rules", []))
+    rows = []
+    for i, rule in enumerate(doc_rules):
+        rows.append(
+            {
+                "index": i + 1,
+                "when": _when_text(rule.get("when") or {}),
+                "arm": rule.get("arm"),
+                "speculative_config": rule.get("speculative_config"),
+                "train": train[i] if i < len(train) else {},
+                "holdout": holdout[i] if i < len(holdout) else {},
+                "overfit": i in flagged,
+            }
+        )
+    return {"rules": rows}

@@ -1,0 +1,109 @@
+"""Writes for slice policies: fit on the train split, score on the holdout split, store.
+
+Raises ``FeatureError`` (a feature known only after execution, or not allowlisted),
+``PolicyInputError`` (the experiment cannot give the inputs), ``PermissionDenied`` (role).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+
+from console.accounts import roles
+from console.analysis.selectors import json_safe
+from console.experiments.models import Experiment
+from console.policies import fit
+from console.policies.models import SlicePolicy
+from console.policies.selectors import PolicyInputError, policy_inputs
+
+
+@transaction.atomic
+def policy_fit(
+    *,
+    experiment: Experiment,
+    arms: Sequence[str] | None = None,
+    load: str | None = None,
+    metric: str = "tpot_s",
+    features: Sequence[str] = fit.DEFAULT_FEATURES,
+    min_support: int = 10,
+    ci: float = 0.95,
+    max_success_loss: float = 0.0,
+    n_boot: int = 1000,
+    seed: int = 0,
+    created_by: Any,
+) -> SlicePolicy:
+    """Fit a slice policy for ``experiment`` and store it.
+
+    ``arms``: candidate arm labels to choose among per slice (None = every candidate; a sweep's
+    arms give each slice its best draft length). ``load``: one load level label, or None to pool
+    all loads. ``metric``: a key of ``fit.METRICS`` (benefits are seconds saved per request vs the
+    baseline). ``min_support``: requests per slice (train). Fitted on the trace's train split
+    only; scored on its holdout split.
+    """
+    if created_by is None or not created_by.has_perm(roles.RUN_EXPERIMENT):
+        raise PermissionDenied(f"needs permission {roles.RUN_EXPERIMENT}")
+    names = fit.features_validate(features)
+    if metric not in fit.METRICS:
+        raise PolicyInputError(f"unknown metric {metric!r}; choose one of {', '.join(fit.METRICS)}")
+    if min_support < 2:
+        raise PolicyInputError("minimum support must be at least 2 requests (an interval needs two)")
+    if not 0 < ci < 1:
+        raise PolicyInputError("the interval level must be between 0 and 1")
+    inputs = policy_inputs(experiment=experiment, arms=list(arms) if arms is not None else None, load=load)
+    splits = set(inputs.features["split"].dropna())
+    if "train" not in splits:
+        raise PolicyInputError("no results on train requests: the policy has nothing to be fitted on")
+    if "holdout" not in splits:
+        raise PolicyInputError(
+            "no results on holdout requests (did the experiment run only the train split?): "
+            "a policy must be validated on requests it was not fitted on"
+        )
+    params = fit.FitParams(
+        min_support=min_support,
+        stat=fit.METRICS[metric][1],
+        ci=ci,
+        max_success_loss=max_success_loss,
+        n_boot=n_boot,
+        seed=seed,
+    )
+    pairs = fit.pairs_build(inputs.derived, baseline_arm=inputs.baseline_arm, metric=metric)
+    units = fit.units_build(pairs)
+    fitted = fit.policy_fit(
+        units, inputs.features, feature_names=names, arm_configs=inputs.arm_configs, params=params
+    )
+    train = fit.policy_score(fitted["rules"], units, inputs.features, split="train", params=params)
+    holdout = fit.policy_score(fitted["rules"], units, inputs.features, split="holdout", params=params)
+    document = json_safe(fit.rules_document(fitted["rules"]))
+    return SlicePolicy.objects.create(
+        experiment=experiment,
+        baseline_arm=inputs.baseline_arm,
+        arms=sorted(inputs.arm_configs),
+        load=load or "",
+        metric=metric,
+        features=names,
+        params={
+            "min_support": min_support,
+            "ci": ci,
+            "stat": params.stat,
+            "max_success_loss": max_success_loss,
+            "max_features": params.max_features,
+            "n_boot": n_boot,
+            "seed": seed,
+        },
+        rules=document,
+        rules_sha256=fit.document_sha256(document),
+        fit_details=json_safe(
+            {
+                "rules_train": [r.get("train") for r in fitted["rules"]],
+                "candidates": fitted["candidates"],
+            }
+        ),
+        train_scores=json_safe(train),
+        holdout_scores=json_safe(holdout),
+        overfitting=json_safe(fit.overfitting_flags(train, holdout)),
+        source_runs=inputs.run_ids,
+        created_by=created_by,
+    )

@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_safe
+
+from console.accounts.access import capability_required
+from console.accounts.roles import RUN_EXPERIMENT
+from console.analysis.plots import fig_html
+from console.experiments.models import Experiment
+from console.policies import fit, plots
+from console.policies.forms import PolicyFitForm
+from console.policies.models import SlicePolicy
+from console.policies.selectors import PolicyInputError, policy_export, policy_list, policy_page
+from console.policies.services import policy_fit
+
+
+def _experiment_from(value: str | None) -> Experiment | None:
+    if not value:
+        return None
+    try:
+        return get_object_or_404(Experiment, pk=int(value))
+    except ValueError:
+        raise Http404("no such experiment") from None
+
+
+@require_safe
+def policy_list_view(request):
+    experiment = _experiment_from(request.GET.get("experiment"))
+    return render(
+        request,
+        "policies/list.html",
+        {
+            "experiment": experiment,
+            "policies": policy_list(experiment=experiment)[:200],
+            "can_fit": request.user.has_perm(RUN_EXPERIMENT),
+        },
+    )
+
+
+@capability_required(RUN_EXPERIMENT)
+@require_http_methods(["GET", "POST"])
+def policy_new(request):
+    experiment = _experiment_from(request.POST.get("experiment") or request.GET.get("experiment"))
+    if experiment is None:
+        return render(
+            request,
+            "policies/new.html",
+            {"experiments": Experiment.objects.filter(status=Experiment.Status.DONE)[:200]},
+        )
+    form = PolicyFitForm(request.POST or None, experiment=experiment)
+    if request.method == "POST" and form.is_valid():
+        try:
+            policy = policy_fit(**form.service_kwargs(), created_by=request.user)
+        except (fit.FeatureError, PolicyInputError) as exc:
+            form.add_error(None, str(exc))
+        except PermissionDenied:
+            raise
+        else:
+            messages.success(request, f"Policy {policy.pk} fitted on train, scored on holdout.")
+            return redirect("policies:detail", pk=policy.pk)
+    return render(request, "policies/new.html", {"experiment": experiment, "form": form})
+
+
+def _pct(value) -> str:
+    return "—" if value is None else f"{value:.0%}"
+
+
+@require_safe
+def policy_detail(request, pk: int):
+    policy = get_object_or_404(SlicePolicy.objects.select_related("experiment", "created_by"), pk=pk)
+    page = policy_page(policy=policy)
+    train, holdout = policy.train_scores or {}, policy.holdout_scores or {}
+    summary_rows = [
+        {"label": "policy routing", "train": train.get("policy"), "holdout": holdout.get("policy")}
+    ]
+    for arm in policy.arms:
+        summary_rows.append(
+            {
+                "label": f"all on ({arm})",
+                "train": (train.get("all_on") or {}).get(arm),
+                "holdout": (holdout.get("all_on") or {}).get(arm),
+            }
+        )
+        summary_rows.append(
+            {
+                "label": f"policy − all on ({arm})",
+                "train": (train.get("policy_vs_all_on") or {}).get(arm),
+                "holdout": (holdout.get("policy_vs_all_on") or {}).get(arm),
+            }
+        )
+    summary_rows.append(
+        {"label": "all off (baseline)", "train": train.get("all_off"), "holdout": holdout.get("all_off")}
+    )
+    figure = fig_html(plots.benefit_per_rule(page["rules"]), div_id="benefit-per-rule")
+    return render(
+        request,
+        "policies/detail.html",
+        {
+            "policy": policy,
+            "rules": page["rules"],
+            "summary_rows": summary_rows,
+            "train": train,
+            "holdout": holdout,
+            "share_on": {"train": _pct(train.get("share_on")), "holdout": _pct(holdout.get("share_on"))},
+            "metric_label": fit.METRICS.get(policy.metric, (None, None, policy.metric))[2],
+            "document_json": json.dumps(policy.rules, indent=2, sort_keys=True),
+            "export_json": json.dumps(policy_export(policy=policy), indent=2, sort_keys=True),
+            "figure": figure,
+        },
+    )
+
+
+@require_safe
+def policy_rules_json(request, pk: int):
+    policy = get_object_or_404(SlicePolicy, pk=pk)
+    response = HttpResponse(fit.canonical_json(policy.rules), content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="slice-policy-{policy.pk}.json"'
+    response["X-Content-SHA256"] = policy.rules_sha256
+    return response
