@@ -8,12 +8,14 @@ from console.api import openapi_document
 
 @require_safe
 def home(request: HttpRequest):
+    from console.decisions.models import Decision
     from console.experiments.models import Experiment
     from console.traces.models import Trace
 
     context = {
         "traces": Trace.objects.order_by("-created_at")[:5],
         "experiments": Experiment.objects.order_by("-created_at")[:5],
+        "decisions": Decision.objects.order_by("-created_at")[:5],
     }
     return render(request, "home.html", context)
 

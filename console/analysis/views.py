@@ -109,7 +109,7 @@ def experiment_comparison(request, pk: int):
         context.update(
             headline_columns=HEADLINE_COLUMNS,
             headline_table=_headline_table(summary),
-            figures=[(div_id, plots.fig_html(fig, div_id=div_id)) for div_id, fig in figures],
+            figures=[(div_id, plots.fig_html(fig, div_id=f"fig-{div_id}")) for div_id, fig in figures],
             regressions=(summary.get("quality") or {}).get("regressions", [])[:200],
             quality=summary.get("quality") or {},
             noise_floor=summary.get("noise_floor", []),
