@@ -98,8 +98,8 @@ class _Quantile:
         # (window x resamples): counts is Fortran-ordered, so this is a contiguous gather and the
         # running sum goes down contiguous rows.
         window = counts[:, self.sorted_idx[self.start : self.stop]].T
-        cs = np.cumsum(window, axis=0, dtype=np.float64)
-        cs += below[None, :]
+        cs = np.cumsum(window, axis=0)  # float32: integer counts below 2**24 stay exact
+        cs += below.astype(np.float32)[None, :]
         h = self.q * (nb - 1)
         lo = np.floor(h)
         frac = h - lo
