@@ -1,0 +1,126 @@
+"""Policy pages and API: fit form, detail, list, rules export, roles."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from console.analysis.synthetic import experiment_synthesize
+from console.policies import fit
+from console.policies.models import SlicePolicy
+from console.policies.services import policy_fit
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def experiment():
+    return experiment_synthesize(n_requests=60, ks=(2, 4), loads="1x", repeats=2, seed=2, name="views")
+
+
+@pytest.fixture
+def policy(experiment, engineer):
+    return policy_fit(experiment=experiment, created_by=engineer, n_boot=200)
+
+
+def test_it_shows_the_fit_form_from_the_comparison_link(engineer_client, experiment):
+    response = engineer_client.get(f"/policies/new/?experiment={experiment.pk}")
+    assert response.status_code == 200
+    body = response.content.decode()
+    for arm in experiment.arms.filter(is_baseline=False):
+        assert arm.label in body
+    assert "prompt_tokens_bucket" in body
+    assert "output_bucket" not in body  # post-execution features are not even offered
+
+
+def test_it_fits_a_policy_from_the_form(engineer_client, experiment):
+    arms = [a.label for a in experiment.arms.filter(is_baseline=False)]
+    response = engineer_client.post(
+        "/policies/new/",
+        {
+            "experiment": experiment.pk,
+            "arms": arms,
+            "load": "1x",
+            "metric": "tpot_s",
+            "features": ["task", "traffic_class", "model"],
+            "min_support": 10,
+            "ci": 0.95,
+        },
+    )
+    policy = SlicePolicy.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/policies/{policy.pk}/"
+    assert policy.features == ["task", "traffic_class", "model"] and policy.load == "1x"
+
+
+def test_it_shows_why_a_fit_was_refused(engineer_client, experiment):
+    experiment.trace.requests.update(split="train")
+    response = engineer_client.post(
+        "/policies/new/",
+        {
+            "experiment": experiment.pk,
+            "arms": [experiment.arms.exclude(is_baseline=True).first().label],
+            "load": "__all__",
+            "metric": "e2e_s",
+            "features": ["task"],
+            "min_support": 10,
+            "ci": 0.95,
+        },
+    )
+    assert response.status_code == 200
+    assert "holdout" in response.content.decode()
+    assert not SlicePolicy.objects.exists()
+
+
+def test_it_refuses_the_fit_form_to_a_viewer(viewer_client, experiment):
+    assert viewer_client.get(f"/policies/new/?experiment={experiment.pk}").status_code == 403
+    assert viewer_client.post("/policies/new/", {"experiment": experiment.pk}).status_code == 403
+    assert not SlicePolicy.objects.exists()
+
+
+def test_it_shows_rules_scores_and_the_rules_json(viewer_client, policy):
+    response = viewer_client.get(f"/policies/{policy.pk}/")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "Rules (first match wins)" in body
+    assert "share of traffic on" in body
+    assert policy.rules_sha256 in body
+    assert 'id="benefit-per-rule"' in body and "plotly.min.js" in body
+    assert "No overfitting flag" in body
+
+
+def test_it_shows_the_overfitting_flag(viewer_client, policy):
+    policy.overfitting = {
+        "policy": True,
+        "rules": [0],
+        "reasons": ["rule 1 (task = code): holdout interval includes zero"],
+    }
+    policy.save()
+    body = viewer_client.get(f"/policies/{policy.pk}/").content.decode()
+    assert "Overfitting flagged" in body and "holdout interval includes zero" in body
+
+
+def test_it_downloads_the_rules_a_router_loads(viewer_client, policy):
+    response = viewer_client.get(f"/policies/{policy.pk}/rules.json")
+    assert response.status_code == 200
+    document = json.loads(response.content)
+    assert fit.document_sha256(document) == policy.rules_sha256 == response["X-Content-SHA256"]
+
+
+def test_it_lists_policies_per_experiment(viewer_client, policy, experiment):
+    other = experiment_synthesize(n_requests=30, repeats=1, loads="1x", seed=9, name="other")
+    body = viewer_client.get(f"/policies/?experiment={experiment.pk}").content.decode()
+    assert f"/policies/{policy.pk}/" in body
+    assert "No policies yet" in viewer_client.get(f"/policies/?experiment={other.pk}").content.decode()
+
+
+def test_it_serves_rules_and_scores_over_the_api(client, policy, viewer, api_token_for):
+    response = client.get(f"/api/policies/{policy.pk}", **api_token_for(viewer))
+    assert response.status_code == 200
+    data = response.json()
+    assert data["document"] == policy.rules and data["rules_sha256"] == policy.rules_sha256
+    assert data["holdout_scores"]["n_requests"] == policy.holdout_scores["n_requests"]
+    assert data["train_scores"]["share_on"] == policy.train_scores["share_on"]
+    listed = client.get(f"/api/policies?experiment={policy.experiment_id}", **api_token_for(viewer)).json()
+    assert [p["id"] for p in listed] == [policy.pk]
+    assert client.get("/api/policies/999999", **api_token_for(viewer)).status_code == 404
