@@ -385,6 +385,23 @@ def baseline() -> dict[str, Any]:
 
         out["json"] = _run(schema())
         out["pids"] = _engine_pids()
+
+        async def stop_in_flight():
+            request = EngineRequest(request_id="in-flight", max_tokens=500, prompt="Write a long story.")
+            got, stopping = 0, None
+            t_stop = time.perf_counter()
+            try:
+                async for _ in engine.stream(request):
+                    got += 1
+                    if stopping is None:
+                        t_stop = time.perf_counter()
+                        stopping = asyncio.get_running_loop().run_in_executor(None, engine.stop)
+            except EngineError as exc:
+                await stopping
+                return got, str(exc), time.perf_counter() - t_stop
+            return got, None, time.perf_counter() - t_stop
+
+        out["stop_in_flight"] = _run(stop_in_flight())
     finally:
         engine.stop()
         engine.stop()  # safe twice
@@ -467,6 +484,16 @@ def test_it_aborts_a_request_whose_consumer_stops_reading(baseline):
     first, unfinished = baseline["cancel"]
     assert first is not None and first.token_ids
     assert unfinished == 0
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+def test_it_ends_a_request_in_flight_with_an_error_when_stopped(baseline):
+    got, error, seconds = baseline["stop_in_flight"]
+    assert got >= 1
+    assert error is not None and "the vllm engine stopped" in error
+    # 500 tokens would take far longer; the stream ends as soon as stop() cancels it.
+    assert seconds < 30
 
 
 @pytest.mark.vllm

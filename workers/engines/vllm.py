@@ -57,6 +57,7 @@ folder), or anything vLLM resolves itself (a hub id, with the host's hub setting
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import difflib
 import importlib.metadata
@@ -296,6 +297,7 @@ class VLLMEngine:
         self._info: dict[str, str] = {}
         self._platform = ""
         self._info_extra: dict[str, str] = {}
+        self._pumps: set[concurrent.futures.Future] = set()
 
     @classmethod
     def validate(cls, config: EngineConfig) -> dict[str, Any] | None:
@@ -429,6 +431,9 @@ class VLLMEngine:
     def stop(self) -> None:
         """Shut vLLM's engine processes down and end the loop thread. Safe to call twice."""
         llm, self._llm = self._llm, None
+        for pump in list(self._pumps):
+            # Requests still in flight end with an EngineError for their consumers, not a hang.
+            pump.cancel()
         if llm is not None and self._loop is not None and self._loop.is_running():
             try:
                 asyncio.run_coroutine_threadsafe(self._shutdown(llm), self._loop).result(STOP_TIMEOUT_S)
@@ -526,6 +531,8 @@ class VLLMEngine:
         future = asyncio.run_coroutine_threadsafe(
             self._pump(llm, engine_prompt, params, request_id, caller, queue), loop
         )
+        self._pumps.add(future)
+        future.add_done_callback(self._pumps.discard)
         try:
             while True:
                 item = await queue.get()
@@ -562,6 +569,12 @@ class VLLMEngine:
                 for chunk in output_chunks(output, t=t):
                     put(chunk)
         except asyncio.CancelledError:
+            # Either the consumer left (nobody reads this) or stop() ended requests in flight.
+            put(
+                EngineError(
+                    f"request {request_id!r} was cancelled: the vllm engine stopped or the consumer left"
+                )
+            )
             raise
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, who raises EngineError
             put(exc)
