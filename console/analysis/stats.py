@@ -1,4 +1,6 @@
-"""Bootstrap confidence intervals, paired comparisons, the A/A noise floor and knee detection.
+"""Bootstrap confidence intervals, paired comparisons, the A/A noise floor and knee detection,
+and :func:`comparison_compute`, the one entry point the comparison page, the JSON export and the
+decision gate call (its docstring documents the summary's schema).
 
 Pure numpy/pandas; no Django.
 
@@ -13,8 +15,8 @@ every resample, so the resample of a column is its defined requests drawn with a
 
 Statistics are ``mean`` and ``pNN`` (percentile with numpy's default linear interpolation, the
 same definition as the point estimate). Percentiles are evaluated on a window of order statistics
-around the target rank (4 binomial standard deviations each side); the rare resample whose rank falls
-outside it is recomputed in full, so the result is exact. Intervals are percentile intervals at
+around the target rank (``WINDOW_SDS`` binomial standard deviations each side); the rare resample
+whose rank falls outside it is recomputed in full, so the result is exact. Intervals are percentile intervals at
 level ``ci`` (two-sided). A difference is ``candidate - baseline``; a ratio is
 ``candidate / baseline``.
 """
