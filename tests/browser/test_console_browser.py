@@ -54,6 +54,7 @@ def test_it_logs_in_and_draws_the_comparison_charts(page, live_server, viewer, t
     page.click(f"text={experiment.name}")
     page.click("text=Comparison")
     # Nine charts: two CDFs, two load curves, three acceptance views, the sweep, memory.
+    page.wait_for_load_state("load")
     page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 9")
     assert page.locator('h2:has-text("Quality regressions")').count() == 1
     page.screenshot(path=str(tmp_path / "comparison.png"), full_page=True)
