@@ -88,7 +88,7 @@ def _flatten(column: pd.Series, dtype: type) -> tuple[np.ndarray, np.ndarray]:
     except TypeError:  # None or NaN somewhere: treat as empty
         items = [x if isinstance(x, list | tuple | np.ndarray) else () for x in items]
         lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
-    flat = np.fromiter(itertools.chain.from_iterable(items), dtype=dtype, count=int(lens.sum()))
+    flat: np.ndarray = np.fromiter(itertools.chain.from_iterable(items), dtype=dtype, count=int(lens.sum()))
     return flat, lens
 
 
@@ -235,7 +235,7 @@ def group_codes(frame: pd.DataFrame, by: Sequence[str]) -> tuple[np.ndarray, pd.
     for col in by:
         codes, values = pd.factorize(frame[col], sort=True, use_na_sentinel=True)
         codes = np.where(codes < 0, len(values), codes)
-        uniques.append(np.append(np.asarray(values, dtype=object), None))
+        uniques.append(np.concatenate([np.asarray(values, dtype=object), np.array([None], dtype=object)]))
         combined = combined * (len(values) + 1) + codes
     present, inverse = np.unique(combined, return_inverse=True)
     keys = {}

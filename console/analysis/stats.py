@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Hashable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -67,8 +68,8 @@ def _count_blocks(sizes: Sequence[int], *, n_boot: int, seed: int) -> Iterator[n
         for m in sizes:
             dtype = np.int32 if b * m < 2**31 else np.int64
             draws = rng.integers(0, m, size=(b, m), dtype=dtype)
-            draws *= b
-            draws += np.arange(b, dtype=dtype)[:, None]
+            np.multiply(draws, b, out=draws)
+            np.add(draws, np.arange(b, dtype=dtype)[:, None], out=draws)
             counts_t[start : start + m] = np.bincount(draws.ravel(), minlength=b * m).reshape(m, b)
             start += m
         yield counts_t.T
@@ -183,6 +184,7 @@ def bootstrap_distributions(
             nb = prod[:, pos[(k, "_n")]]
             for stat in stats.get(k, ()):
                 if stat == "mean":
+                    assert sums is not None
                     with np.errstate(invalid="ignore", divide="ignore"):
                         parts[(k, stat)].append(sums[:, pos[(k, "_sum")]] / nb)
                 else:
@@ -257,7 +259,7 @@ def paired_compare(
     return pd.DataFrame(rows, columns=[*cols, "n_pairs", "n_excluded"])
 
 
-def _compare_row(base: float, cand: float, bb: np.ndarray, cb: np.ndarray, *, ci: float) -> dict[str, float]:
+def _compare_row(base: float, cand: float, bb: np.ndarray, cb: np.ndarray, *, ci: float) -> dict[str, Any]:
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = cand / base if base != 0 else float("nan")
         ratio_boot = np.where(bb != 0, cb / np.where(bb != 0, bb, 1), np.nan)
@@ -784,17 +786,19 @@ def comparison_compute(
             for dim in SLICE_DIMENSIONS:
                 vals = base_al[dim].to_numpy()
                 slice_defs += [(dim, v) for v in pd.unique(vals[pd.notna(vals)])]
-            for dim, value in slice_defs:
+            for sdim, svalue in slice_defs:
                 mask = (
-                    np.ones(len(universe), dtype=bool) if dim is None else (base_al[dim].to_numpy() == value)
+                    np.ones(len(universe), dtype=bool)
+                    if sdim is None
+                    else (base_al[sdim].to_numpy() == svalue)
                 )
                 for _, arm in points:
-                    key = ("knee", arm, dim, value)
-                    if key not in columns:
+                    kkey = ("knee", arm, sdim, svalue)
+                    if kkey not in columns:
                         v = aligned[arm][KNEE_METRIC].to_numpy(dtype=float)
-                        columns[key] = np.where(mask, v, np.nan)
-                        col_stats[key] = (KNEE_STAT,)
-                knee_specs.append((name, points, dim, value))
+                        columns[kkey] = np.where(mask, v, np.nan)
+                        col_stats[kkey] = (KNEE_STAT,)
+                knee_specs.append((name, points, sdim, svalue))
         boots = bootstrap_distributions(
             columns, stats=col_stats, strata=strata, n_boot=n_boot, seed=seed + 104729 * (li + 1)
         )
@@ -829,33 +833,41 @@ def comparison_compute(
                     }
                     rows.append(row)
             deltas[(arm, load)] = rows
-            for key in [k for k in columns if len(k) == 5 and k[0] == arm and k[2] == "cand"]:
-                _, m, _, dim, value = key
-                bkey = (arm, m, "base", dim, value)
-                for st in col_stats[key]:
+            slice_keys = [
+                ck
+                for ck in columns
+                if isinstance(ck, tuple) and len(ck) == 5 and ck[0] == arm and ck[2] == "cand"
+            ]
+            for ckey in slice_keys:
+                _, sm, _, sdim, svalue = ckey
+                bkey = (arm, sm, "base", sdim, svalue)
+                for sstat in col_stats[ckey]:
                     res = _compare_row(
-                        point_stat(columns[bkey], st),
-                        point_stat(columns[key], st),
-                        boots[(bkey, st)],
-                        boots[(key, st)],
+                        point_stat(columns[bkey], sstat),
+                        point_stat(columns[ckey], sstat),
+                        boots[(bkey, sstat)],
+                        boots[(ckey, sstat)],
                         ci=ci,
                     )
-                    slice_intervals.setdefault((arm, load, dim, value), {}).update(
+                    slice_intervals.setdefault((arm, load, sdim, svalue), {}).update(
                         {
-                            f"{m}_{st}_delta": res["delta"],
-                            f"{m}_{st}_delta_lo": res["delta_lo"],
-                            f"{m}_{st}_delta_hi": res["delta_hi"],
+                            f"{sm}_{sstat}_delta": res["delta"],
+                            f"{sm}_{sstat}_delta_lo": res["delta_lo"],
+                            f"{sm}_{sstat}_delta_hi": res["delta_hi"],
                         }
                     )
-        for name, points, dim, value in knee_specs:
-            pts, step_rows, gains, widths = [], [], [], []
+        for name, points, kdim, kvalue in knee_specs:
+            pts: list[dict[str, Any]] = []
+            step_rows: list[dict[str, Any]] = []
+            gains: list[float] = []
+            widths: list[float] = []
             for k, arm in points:
-                col = columns[("knee", arm, dim, value)]
-                pts.append({"arm": arm, "k": k, f"{KNEE_METRIC}_{KNEE_STAT}": point_stat(col, KNEE_STAT)})
+                kcol = columns[("knee", arm, kdim, kvalue)]
+                pts.append({"arm": arm, "k": k, f"{KNEE_METRIC}_{KNEE_STAT}": point_stat(kcol, KNEE_STAT)})
             for (k0, a0), (k1, a1) in itertools.pairwise(points):
                 g_boot = (
-                    boots[(("knee", a0, dim, value), KNEE_STAT)]
-                    - boots[(("knee", a1, dim, value), KNEE_STAT)]
+                    boots[(("knee", a0, kdim, kvalue), KNEE_STAT)]
+                    - boots[(("knee", a1, kdim, kvalue), KNEE_STAT)]
                 )
                 gain = (
                     pts[[p["arm"] for p in pts].index(a0)][f"{KNEE_METRIC}_{KNEE_STAT}"]
@@ -870,8 +882,8 @@ def comparison_compute(
                 {
                     "sweep": name,
                     "load": load,
-                    "dimension": dim,
-                    "value": value,
+                    "dimension": kdim,
+                    "value": kvalue,
                     "points": pts,
                     "steps": step_rows,
                 }
@@ -934,8 +946,8 @@ def comparison_compute(
     )
 
     headline_rows = _records(headline)
-    for row in headline_rows:
-        row["deltas"] = _json_safe(deltas.get((row["arm"], row["load"]), []))
+    for hrow in headline_rows:
+        hrow["deltas"] = _json_safe(deltas.get((hrow["arm"], hrow["load"]), []))
     summary = {
         "schema_version": SCHEMA_VERSION,
         "baseline_arm": str(base_arm),
