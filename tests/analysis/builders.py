@@ -90,7 +90,7 @@ def synthetic_experiment(
                         accepted = []
                         left = n_tok - 1
                         while left > 0:
-                            a = int(min(rng.integers(0, kk + 1), max(left - 1, 0)))
+                            a = min(int(rng.integers(0, kk + 1)), max(left - 1, 0))
                             accepted.append(a)
                             left -= a + 1
                         drafted = [kk] * len(accepted)
