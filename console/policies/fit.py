@@ -25,8 +25,11 @@ Pipeline
    regression, loses no more successes than ``max_success_loss`` x its requests, and the lower
    end of its benefit interval is above zero. The eligible (slice, arm) with the largest total
    benefit (statistic x requests) becomes the next rule; its requests leave the pool; repeat
-   until nothing is eligible. The last rule is the default: off. Arms of a draft-length sweep
-   compete per slice, so each slice gets its best k.
+   until nothing is eligible. Inside a chosen slice, a sub-slice (within ``max_features``) where
+   its arm is significantly worse (interval below zero, ``min_support`` requests) becomes an
+   explicit off rule placed before it (a carve-out), as long as the rest of the slice stays
+   eligible. The last rule is the default: off. Arms of a draft-length sweep compete per slice,
+   so each slice gets its best k.
 5. :func:`policy_score`: route every request of one split through the rules (first match wins)
    and report the realized benefit of the policy, of each candidate everywhere (all-on) and of
    the baseline everywhere (all-off, 0 by definition), with intervals, per rule too, the share of
@@ -375,6 +378,38 @@ def _eligible(row: Mapping[str, Any], params: FitParams) -> str | None:
     return None
 
 
+TRAIN_KEYS: tuple[str, ...] = ("n", "benefit", "lo", "hi", "lost_successes", "regressions")
+
+
+def _carve_outs(
+    pool: pd.DataFrame, best: dict[str, Any], slicing: Sequence[str], params: FitParams
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Sub-slices of the chosen slice where its arm is significantly worse than the baseline
+    (interval entirely below zero, with ``min_support``): each becomes an explicit off rule placed
+    before the slice's rule. Returns them and the slice's statistics without them; no carve-out
+    when the slice would then lose its support or its interval above zero."""
+    inside = pool.loc[rule_matches(best["when"], pool) & (pool["arm"] == best["arm"]).to_numpy()]
+    free = [f for f in slicing if f not in best["when"]]
+    room = params.max_features - len(best["when"])
+    carved: list[dict[str, Any]] = []
+    for size in range(1, room + 1):
+        for extra in itertools.combinations(free, size):
+            for row in _slice_stats(inside, extra, params):
+                if row["n"] >= params.min_support and np.isfinite(row["hi"]) and row["hi"] < 0:
+                    row["when"] = {**best["when"], **row["when"]}
+                    carved.append(row)
+                    inside = inside.loc[~rule_matches(row["when"], inside)]
+    if not carved:
+        return [], best
+    rest = _slice_stats(inside, (), params)
+    if not rest:
+        return [], best
+    remaining = {**rest[0], "when": best["when"]}
+    if _eligible(remaining, params) is not None:
+        return [], best
+    return carved, remaining
+
+
 def policy_fit(
     units: pd.DataFrame,
     features: pd.DataFrame,
@@ -427,13 +462,23 @@ def policy_fit(
                 str(r["arm"]),
             ),
         )
-        when = {**scope, **best["when"]}
+        carved, best = _carve_outs(pool, best, slicing, params)
+        for off in carved:
+            rules.append(
+                {
+                    "when": {**scope, **off["when"]},
+                    "arm": None,
+                    "speculative_config": None,
+                    "off_instead_of": best["arm"],
+                    "train": {k: off[k] for k in TRAIN_KEYS},
+                }
+            )
         rules.append(
             {
-                "when": when,
+                "when": {**scope, **best["when"]},
                 "arm": best["arm"],
                 "speculative_config": arm_configs[best["arm"]],
-                "train": {k: best[k] for k in ("n", "benefit", "lo", "hi", "lost_successes", "regressions")},
+                "train": {k: best[k] for k in TRAIN_KEYS},
             }
         )
         caught = rule_matches(best["when"], pool)
@@ -477,6 +522,10 @@ def _summary(values: np.ndarray, params: FitParams) -> dict[str, float | int]:
 
 def _excludes_zero(s: Mapping[str, Any]) -> bool:
     return bool(np.isfinite(s.get("lo", np.nan)) and s["lo"] > 0)
+
+
+def _below_zero(s: Mapping[str, Any]) -> bool:
+    return bool(np.isfinite(s.get("hi", np.nan)) and s["hi"] < 0)
 
 
 def policy_score(
@@ -543,6 +592,10 @@ def policy_score(
             entry.update(_summary(wide[r["arm"]].to_numpy(dtype=float)[rows], params))
         else:
             entry.update({"n": int(rows.sum()), "benefit": 0.0, "lo": 0.0, "hi": 0.0})
+            instead = r.get("off_instead_of")
+            if instead is not None and instead in wide:
+                entry["off_instead_of"] = instead
+                entry["foregone"] = _summary(wide[instead].to_numpy(dtype=float)[rows], params)
         per_rule.append(entry)
     out["rules"] = per_rule
     return out
@@ -550,8 +603,9 @@ def policy_score(
 
 def overfitting_flags(train: Mapping[str, Any], holdout: Mapping[str, Any]) -> dict[str, Any]:
     """Where the train interval excluded zero and the holdout's does not (or holdout has no
-    requests there): ``policy`` (bool) and ``rules`` (indices of enabling rules flagged), with
-    ``reasons`` (one sentence each)."""
+    requests there): ``policy`` (bool), ``rules`` (indices of flagged rules: enabling rules whose
+    holdout interval is not above zero, off carve-outs whose arm is not clearly worse on
+    holdout) and ``reasons`` (one sentence each)."""
     reasons = []
     policy = _excludes_zero(train["policy"]) and not _excludes_zero(holdout["policy"])
     if policy:
@@ -561,6 +615,14 @@ def overfitting_flags(train: Mapping[str, Any], holdout: Mapping[str, Any]) -> d
         )
     flagged = []
     for tr, ho in zip(train["rules"], holdout["rules"], strict=True):
+        if tr.get("foregone") is not None:  # an off carve-out: was its arm really worse there?
+            if _below_zero(tr["foregone"]) and not _below_zero(ho.get("foregone") or {}):
+                flagged.append(tr["rule"])
+                reasons.append(
+                    f"off rule {tr['rule'] + 1} ({_when_text(tr['when'])}): {tr.get('off_instead_of')} was "
+                    "worse there on train, not clearly worse on holdout"
+                )
+            continue
         if tr.get("arm") is None or not _excludes_zero(tr):
             continue
         if not _excludes_zero(ho):

@@ -160,6 +160,7 @@ def policy_page(*, policy: SlicePolicy) -> dict[str, Any]:
                 "speculative_config": rule.get("speculative_config"),
                 "train": train[i] if i < len(train) else {},
                 "holdout": holdout[i] if i < len(holdout) else {},
+                "splits": [train[i] if i < len(train) else {}, holdout[i] if i < len(holdout) else {}],
                 "overfit": i in flagged,
             }
         )

@@ -348,3 +348,40 @@ def test_it_hashes_the_canonical_document():
     assert fit.document_sha256(doc) != fit.document_sha256(changed)
     assert doc["rules"][-1] == {"when": {}, "arm": None, "speculative_config": None}
     assert doc["buckets"]["prompt_tokens_bucket"]["edges"][:2] == [0, 256]
+
+
+def test_it_carves_out_a_significantly_worse_sub_slice():
+    units, features = _data(
+        slice_requests("c", [g * 2 for g in CODE_GAINS], task="code"),
+        slice_requests("h", CODE_GAINS, task="chat"),
+        slice_requests("j", CHAT_LOSSES, task="json"),
+    )
+    rules = _fit(units, features)["rules"]
+    assert [(r["when"], r["arm"]) for r in rules] == [
+        ({"model": "m", "task": "json"}, None),
+        ({"model": "m"}, "k2"),
+        ({}, None),
+    ]
+    assert rules[0]["off_instead_of"] == "k2" and rules[0]["train"]["hi"] < 0
+    assert rules[1]["train"]["n"] == 24  # the enabled rule's numbers exclude the carve-out
+    route = fit.policy_route(rules, features)
+    assert route.loc[route.index.str.startswith("j"), "arm"].isna().all()
+    assert (route.loc[~route.index.str.startswith("j"), "arm"] == "k2").all()
+    score = fit.policy_score(rules, units, features, split="train")
+    assert score["rules"][0]["foregone"]["benefit"] == pytest.approx(np.mean(CHAT_LOSSES))
+
+
+def test_it_flags_a_carve_out_that_does_not_hold_on_holdout():
+    units, features = _data(
+        slice_requests("c", [g * 2 for g in CODE_GAINS], task="code"),
+        slice_requests("h", CODE_GAINS, task="chat"),
+        slice_requests("j", CHAT_LOSSES, task="json"),
+        slice_requests("xc", CODE_GAINS[:6], task="code", split="holdout"),
+        slice_requests("xj", CODE_GAINS[:6], task="json", split="holdout"),  # json is fine on holdout
+    )
+    rules = _fit(units, features)["rules"]
+    train = fit.policy_score(rules, units, features, split="train")
+    holdout = fit.policy_score(rules, units, features, split="holdout")
+    flags = fit.overfitting_flags(train, holdout)
+    assert flags["rules"] == [0] and not flags["policy"]
+    assert "off rule 1 (model = m and task = json)" in flags["reasons"][0]

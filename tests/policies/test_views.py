@@ -124,3 +124,30 @@ def test_it_serves_rules_and_scores_over_the_api(client, policy, viewer, api_tok
     listed = client.get(f"/api/policies?experiment={policy.experiment_id}", **api_token_for(viewer)).json()
     assert [p["id"] for p in listed] == [policy.pk]
     assert client.get("/api/policies/999999", **api_token_for(viewer)).status_code == 404
+
+
+def test_it_shows_an_off_carve_out_with_what_it_forgoes(viewer_client, policy):
+    arm = policy.arms[0]
+    policy.rules = {
+        **policy.rules,
+        "rules": [{"when": {"task": "json"}, "arm": None, "speculative_config": None}]
+        + policy.rules["rules"],
+    }
+    for key in ("train_scores", "holdout_scores"):
+        scores = getattr(policy, key)
+        off = {
+            "rule": 0,
+            "when": {"task": "json"},
+            "arm": None,
+            "n_requests": 12,
+            "n": 12,
+            "benefit": 0.0,
+            "lo": 0.0,
+            "hi": 0.0,
+            "off_instead_of": arm,
+            "foregone": {"n": 12, "benefit": -0.004, "lo": -0.006, "hi": -0.002},
+        }
+        scores["rules"] = [off] + scores["rules"]
+    policy.save()
+    body = viewer_client.get(f"/policies/{policy.pk}/").content.decode()
+    assert f"off; {arm} there" in body and "-4.00 ms [-6.00, -2.00] (n=12)" in body
