@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,6 +159,7 @@ def policy_page(*, policy: SlicePolicy) -> dict[str, Any]:
                 "when": _when_text(rule.get("when") or {}),
                 "arm": rule.get("arm"),
                 "speculative_config": rule.get("speculative_config"),
+                "speculative_config_json": json.dumps(rule.get("speculative_config"), sort_keys=True),
                 "train": train[i] if i < len(train) else {},
                 "holdout": holdout[i] if i < len(holdout) else {},
                 "splits": [train[i] if i < len(train) else {}, holdout[i] if i < len(holdout) else {}],
