@@ -38,7 +38,10 @@ Pipeline
 Intervals
 ---------
 ``stat="mean"``: Student t interval of the mean of unit benefits (``mean +- t * sd / sqrt(n)``).
-``stat="p50"``: percentile bootstrap of the median over units, seeded. NaN when n < 2.
+``stat="p50"``: the distribution-free interval of the median from order statistics
+``(x_(j), x_(n-j+1))`` with ``j = binom.ppf((1 - ci) / 2, n, 1/2)`` (the sign-test interval:
+deterministic; its exact coverage, 1 - 2 binom.cdf(j - 1), is at least ``ci``). NaN when n is
+too small for one (j < 1).
 
 The router document
 -------------------
@@ -258,36 +261,30 @@ def units_build(pairs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def benefit_interval(
-    values: np.ndarray, *, stat: str, ci: float = 0.95, n_boot: int = 1000, seed: int = 0
-) -> tuple[float, float, float]:
-    """(point, lo, hi) of ``stat`` ("mean" or "p50") of the finite ``values`` (seconds). Mean: Student
-    t interval; p50: percentile bootstrap. (NaN, NaN, NaN) when empty; lo = hi = NaN when n < 2."""
+def benefit_interval(values: np.ndarray, *, stat: str, ci: float = 0.95) -> tuple[float, float, float]:
+    """(point, lo, hi) of ``stat`` ("mean" or "p50") of the finite ``values`` (seconds): mean with a
+    Student t interval, median with the order-statistic interval (module docstring). (NaN, NaN,
+    NaN) when empty; lo = hi = NaN when too few values for an interval."""
     values = np.asarray(values, dtype=float)
     values = values[np.isfinite(values)]
     n = values.size
+    nan = float("nan")
     if n == 0:
-        return float("nan"), float("nan"), float("nan")
+        return nan, nan, nan
     if stat == "mean":
         point = float(values.mean())
         if n < 2:
-            return point, float("nan"), float("nan")
-        half = float(sps.t.ppf((1 + ci) / 2, n - 1)) * float(values.std(ddof=1)) / np.sqrt(n)
+            return point, nan, nan
+        half = float(sps.t.ppf((1 + ci) / 2, n - 1)) * float(values.std(ddof=1)) / float(np.sqrt(n))
         return point, point - half, point + half
     if stat != "p50":
         raise ValueError(f"unknown statistic {stat!r}: use 'mean' or 'p50'")
-    point = float(np.median(values))
-    if n < 2:
-        return point, float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    boot = np.empty(n_boot)
-    block = max(1, 2_000_000 // n)
-    for start in range(0, n_boot, block):
-        stop = min(n_boot, start + block)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        boot[start:stop] = np.median(values[idx], axis=1)
-    lo, hi = np.quantile(boot, [(1 - ci) / 2, 1 - (1 - ci) / 2])
-    return point, float(lo), float(hi)
+    ordered = np.sort(values)
+    point = float(np.median(ordered))
+    j = int(sps.binom.ppf((1 - ci) / 2, n, 0.5))
+    if j < 1:
+        return point, nan, nan
+    return point, float(ordered[j - 1]), float(ordered[n - j])
 
 
 def rule_matches(when: Mapping[str, Any], features: pd.DataFrame) -> np.ndarray:
@@ -325,15 +322,13 @@ class FitParams:
     """Knobs of :func:`policy_fit`: ``min_support`` (requests with a defined benefit),
     ``stat`` ("mean"/"p50"), ``ci`` (interval level), ``max_success_loss`` (fraction of a slice's
     requests whose success the candidate may lose, net), ``max_features`` (per slice),
-    ``n_boot`` and ``seed`` (p50 bootstrap)."""
+    """
 
     min_support: int = 10
     stat: str = "mean"
     ci: float = 0.95
     max_success_loss: float = 0.0
     max_features: int = 2
-    n_boot: int = 1000
-    seed: int = 0
 
 
 def _slice_stats(pool: pd.DataFrame, combo: tuple[str, ...], params: FitParams) -> list[dict[str, Any]]:
@@ -345,7 +340,7 @@ def _slice_stats(pool: pd.DataFrame, combo: tuple[str, ...], params: FitParams) 
         benefits = group["benefit"].to_numpy(dtype=float)
         n = int(np.isfinite(benefits).sum())
         point, lo, hi = (
-            benefit_interval(benefits, stat=params.stat, ci=params.ci, n_boot=params.n_boot, seed=params.seed)
+            benefit_interval(benefits, stat=params.stat, ci=params.ci)
             if n >= params.min_support
             else (float(np.nanmean(benefits)) if n else float("nan"), float("nan"), float("nan"))
         )
@@ -514,9 +509,7 @@ def document_sha256(document: Mapping[str, Any]) -> str:
 
 
 def _summary(values: np.ndarray, params: FitParams) -> dict[str, float | int]:
-    point, lo, hi = benefit_interval(
-        values, stat=params.stat, ci=params.ci, n_boot=params.n_boot, seed=params.seed
-    )
+    point, lo, hi = benefit_interval(values, stat=params.stat, ci=params.ci)
     return {"n": int(np.isfinite(values).sum()), "benefit": point, "lo": lo, "hi": hi}
 
 

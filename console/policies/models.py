@@ -18,7 +18,7 @@ class SlicePolicy(models.Model):
     load = models.CharField(max_length=40, blank=True, help_text="load level label; empty = all pooled")
     metric = models.CharField(max_length=20, help_text="a key of console.policies.fit.METRICS")
     features = models.JSONField(default=list, help_text="allowlisted pre-execution features it could use")
-    params = models.JSONField(default=dict, help_text="min_support, ci, stat, max_success_loss, n_boot, seed")
+    params = models.JSONField(default=dict, help_text="min_support, ci, stat, max_success_loss, max_features")
     rules = models.JSONField(
         default=list, help_text="the router document: schema, bucket edges and the first-match rule list"
     )

@@ -31,8 +31,6 @@ def policy_fit(
     min_support: int = 10,
     ci: float = 0.95,
     max_success_loss: float = 0.0,
-    n_boot: int = 1000,
-    seed: int = 0,
     created_by: Any,
 ) -> SlicePolicy:
     """Fit a slice policy for ``experiment`` and store it.
@@ -66,8 +64,6 @@ def policy_fit(
         stat=fit.METRICS[metric][1],
         ci=ci,
         max_success_loss=max_success_loss,
-        n_boot=n_boot,
-        seed=seed,
     )
     pairs = fit.pairs_build(inputs.derived, baseline_arm=inputs.baseline_arm, metric=metric)
     units = fit.units_build(pairs)
@@ -90,8 +86,6 @@ def policy_fit(
             "stat": params.stat,
             "max_success_loss": max_success_loss,
             "max_features": params.max_features,
-            "n_boot": n_boot,
-            "seed": seed,
         },
         rules=document,
         rules_sha256=fit.document_sha256(document),

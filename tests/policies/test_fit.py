@@ -181,11 +181,13 @@ def test_it_computes_the_t_interval_by_hand():
     assert math.isnan(fit.benefit_interval(np.array([1.0]), stat="mean")[1])
 
 
-def test_it_bootstraps_the_median_reproducibly():
-    values = np.arange(1.0, 21.0)
-    first = fit.benefit_interval(values, stat="p50", n_boot=500, seed=3)
-    assert first == fit.benefit_interval(values, stat="p50", n_boot=500, seed=3)
-    assert first[0] == 10.5 and first[1] < 10.5 < first[2]
+def test_it_computes_the_median_interval_from_order_statistics_by_hand():
+    # n = 20 at 95 %: the sign-test table gives (x_(6), x_(15)).
+    assert fit.benefit_interval(np.arange(1.0, 21.0), stat="p50") == (10.5, 6.0, 15.0)
+    # n = 6: (x_(1), x_(6)), coverage 1 - 2/64; n = 5 is too few for a 95 % interval.
+    assert fit.benefit_interval(np.array([3.0, 1, 2, 6, 5, 4]), stat="p50") == (3.5, 1.0, 6.0)
+    point, lo, hi = fit.benefit_interval(np.arange(5.0), stat="p50")
+    assert point == 2.0 and math.isnan(lo) and math.isnan(hi)
 
 
 def test_it_enables_only_the_slice_whose_train_interval_is_above_zero():

@@ -25,7 +25,7 @@ def _candidates(experiment) -> list[str]:
 
 
 def test_it_fits_on_train_and_scores_on_holdout(experiment, engineer):
-    policy = policy_fit(experiment=experiment, load="1x", created_by=engineer, n_boot=200)
+    policy = policy_fit(experiment=experiment, load="1x", created_by=engineer)
     assert policy.created_by == engineer
     assert policy.arms == sorted(_candidates(experiment))
     assert policy.rules["schema"] == fit.SCHEMA
@@ -45,7 +45,7 @@ def test_it_fits_on_train_and_scores_on_holdout(experiment, engineer):
 
 
 def test_it_exports_what_a_decision_freezes(experiment, engineer):
-    policy = policy_fit(experiment=experiment, load="2x", created_by=engineer, n_boot=200)
+    policy = policy_fit(experiment=experiment, load="2x", created_by=engineer)
     exported = policy_export(policy=policy)
     assert exported["rules_sha256"] == fit.document_sha256(exported["document"])
     assert exported["url"] == f"/policies/{policy.pk}/"
@@ -90,7 +90,7 @@ def test_it_keeps_speculation_off_where_the_candidate_breaks_json(experiment, en
     RequestResult.objects.filter(trace_request__task="json", run__arm__is_baseline=True).update(
         output_text='{"ok": true}'
     )
-    policy = policy_fit(experiment=experiment, load="1x", created_by=engineer, n_boot=200)
+    policy = policy_fit(experiment=experiment, load="1x", created_by=engineer)
     inputs = policy_inputs(experiment=experiment, arms=None, load="1x")
     route = fit.policy_route(policy.rules["rules"], inputs.features)
     json_ids = set(json_requests.values_list("request_id", flat=True))

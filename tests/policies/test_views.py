@@ -21,7 +21,7 @@ def experiment():
 
 @pytest.fixture
 def policy(experiment, engineer):
-    return policy_fit(experiment=experiment, created_by=engineer, n_boot=200)
+    return policy_fit(experiment=experiment, created_by=engineer)
 
 
 def test_it_shows_the_fit_form_from_the_comparison_link(engineer_client, experiment):

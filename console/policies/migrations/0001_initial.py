@@ -24,7 +24,7 @@ class Migration(migrations.Migration):
                 ('load', models.CharField(blank=True, help_text='load level label; empty = all pooled', max_length=40)),
                 ('metric', models.CharField(help_text='a key of console.policies.fit.METRICS', max_length=20)),
                 ('features', models.JSONField(default=list, help_text='allowlisted pre-execution features it could use')),
-                ('params', models.JSONField(default=dict, help_text='min_support, ci, stat, max_success_loss, n_boot, seed')),
+                ('params', models.JSONField(default=dict, help_text='min_support, ci, stat, max_success_loss, max_features')),
                 ('rules', models.JSONField(default=list, help_text='the router document: schema, bucket edges and the first-match rule list')),
                 ('rules_sha256', models.CharField(db_index=True, help_text='sha256 of the canonical rules JSON', max_length=64)),
                 ('fit_details', models.JSONField(blank=True, default=dict, help_text='per-rule train statistics and every slice the fit considered')),
