@@ -13,35 +13,37 @@ import pandas as pd
 from console.analysis.models import ComparisonCache, RequestResult, RunTelemetry
 from console.experiments.models import Experiment, Run
 
-REQUEST_COLUMNS = [
-    "run_id",
-    "arm",
-    "is_baseline",
-    "load",
-    "rate_multiplier",
-    "repeat",
-    "request_id",
-    "task",
-    "traffic_class",
-    "prompt_tokens",
-    "max_tokens",
-    "scheduled_s",
-    "sent_s",
-    "first_token_s",
-    "finish_s",
-    "queue_s",
-    "chunk_times",
-    "chunk_tokens",
-    "num_output_tokens",
-    "output_token_ids",
-    "output_text",
-    "finish_reason",
-    "error",
-    "drafted",
-    "accepted",
-    "response_format",
-    "tools",
-]
+# RequestResult fields (or trace_request__ lookups) -> analysis contract column.
+RESULT_FIELDS = {
+    "id": "result_id",
+    "run_id": "run_id",
+    "request_id": "request_id",
+    "trace_request__task": "task",
+    "trace_request__traffic_class": "traffic_class",
+    "trace_request__prompt_tokens": "prompt_tokens",
+    "trace_request__max_tokens": "max_tokens",
+    "scheduled_s": "scheduled_s",
+    "sent_s": "sent_s",
+    "first_token_s": "first_token_s",
+    "finish_s": "finish_s",
+    "queue_s": "queue_s",
+    "chunk_times": "chunk_times",
+    "chunk_tokens": "chunk_tokens",
+    "num_output_tokens": "num_output_tokens",
+    "output_token_ids": "output_token_ids",
+    "output_text": "output_text",
+    "finish_reason": "finish_reason",
+    "error": "error",
+    "drafted": "drafted",
+    "accepted": "accepted",
+    "trace_request__response_format": "response_format",
+    "trace_request__tools": "tools",
+    "json_valid": "json_valid",
+    "schema_valid": "schema_valid",
+    "tool_call_valid": "tool_call_valid",
+}
+RUN_LEVEL = ("arm", "is_baseline", "load", "rate_multiplier", "repeat")
+REQUEST_COLUMNS = ["run_id", *RUN_LEVEL, *[c for c in RESULT_FIELDS.values() if c != "run_id"]]
 RUN_COLUMNS = [
     "run_id",
     "arm",
@@ -66,69 +68,25 @@ def results_frames(*, runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
     finish times and a non-empty ``error``.
     """
     run_by_id = {r.pk: r for r in runs}
-    rows = []
-    fields = (
-        "run_id",
-        "request_id",
-        "scheduled_s",
-        "sent_s",
-        "first_token_s",
-        "finish_s",
-        "queue_s",
-        "chunk_times",
-        "chunk_tokens",
-        "num_output_tokens",
-        "output_token_ids",
-        "output_text",
-        "finish_reason",
-        "error",
-        "drafted",
-        "accepted",
-        "trace_request__task",
-        "trace_request__traffic_class",
-        "trace_request__prompt_tokens",
-        "trace_request__max_tokens",
-        "trace_request__response_format",
-        "trace_request__tools",
+    records = RequestResult.objects.filter(run_id__in=list(run_by_id)).values_list(*RESULT_FIELDS)
+    frame = pd.DataFrame.from_records(
+        list(records.iterator(chunk_size=5000)), columns=list(RESULT_FIELDS.values())
     )
-    for r in (
-        RequestResult.objects.filter(run_id__in=list(run_by_id))
-        .values_list(*fields)
-        .iterator(chunk_size=5000)
-    ):
-        run = run_by_id[r[0]]
-        rows.append(
-            (
-                r[0],
-                run.arm.label,
-                run.arm.is_baseline,
-                run.load_label,
-                run.rate_multiplier,
-                run.repeat,
-                r[1],
-                r[16],
-                r[17],
-                r[18] if r[18] is not None else 0,
-                r[19],
-                r[2],
-                _nan(r[3]),
-                _nan(r[4]),
-                _nan(r[5]),
-                r[6],
-                r[7] or [],
-                r[8] or [],
-                r[9],
-                r[10] or [],
-                r[11] or "",
-                r[12],
-                r[13] or None,
-                r[14] or [],
-                r[15] or [],
-                r[20],
-                r[21],
-            )
-        )
-    requests = pd.DataFrame.from_records(rows, columns=REQUEST_COLUMNS)
+    for column in ("sent_s", "first_token_s", "finish_s"):
+        frame[column] = frame[column].astype(float)  # None -> NaN for failed requests
+    frame["prompt_tokens"] = frame["prompt_tokens"].fillna(0).astype(int)
+    frame["error"] = frame["error"].where(frame["error"].astype(bool), None)
+    frame["output_text"] = frame["output_text"].fillna("")
+    run_level = {
+        "arm": {pk: r.arm.label for pk, r in run_by_id.items()},
+        "is_baseline": {pk: r.arm.is_baseline for pk, r in run_by_id.items()},
+        "load": {pk: r.load_label for pk, r in run_by_id.items()},
+        "rate_multiplier": {pk: r.rate_multiplier for pk, r in run_by_id.items()},
+        "repeat": {pk: r.repeat for pk, r in run_by_id.items()},
+    }
+    for column, mapping in run_level.items():
+        frame[column] = frame["run_id"].map(mapping)
+    requests = frame[REQUEST_COLUMNS]
     telemetry = {t.run_id: t for t in RunTelemetry.objects.filter(run_id__in=list(run_by_id))}
     run_rows = []
     for run in runs:
