@@ -321,8 +321,7 @@ def _to_json_value(value: Any) -> Any:
 class FitParams:
     """Knobs of :func:`policy_fit`: ``min_support`` (requests with a defined benefit),
     ``stat`` ("mean"/"p50"), ``ci`` (interval level), ``max_success_loss`` (fraction of a slice's
-    requests whose success the candidate may lose, net), ``max_features`` (per slice),
-    """
+    requests whose success the candidate may lose, net), ``max_features`` (features per slice)."""
 
     min_support: int = 10
     stat: str = "mean"
