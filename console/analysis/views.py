@@ -158,7 +158,7 @@ def result_compare(request, a: int, b: int):
     return render(
         request,
         "analysis/compare.html",
-        {"left": left, "right": right, "divergence": divergence, "request": left.trace_request},
+        {"outputs": [left, right], "divergence": divergence, "trace_request": left.trace_request},
     )
 
 
