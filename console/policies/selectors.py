@@ -91,7 +91,8 @@ def policy_inputs(*, experiment: Experiment, arms: list[str] | None, load: str |
     requests["split"] = requests["request_id"].map(splits)
     derived = requests_derive(requests, deadlines=experiment.deadlines)
     flags = quality_flags(derived)
-    derived = pd.concat([derived, flags], axis=1)
+    # results_frames may already carry the flags the worker stored: the checked ones replace them.
+    derived = pd.concat([derived.drop(columns=[c for c in flags.columns if c in derived]), flags], axis=1)
     model = baseline.config.target_model or experiment.target_model
     return PolicyInputs(
         baseline_arm=baseline.label,

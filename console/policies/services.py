@@ -72,6 +72,21 @@ def policy_fit(
     )
     train = fit.policy_score(fitted["rules"], units, inputs.features, split="train", params=params)
     holdout = fit.policy_score(fitted["rules"], units, inputs.features, split="holdout", params=params)
+    if load is None and pairs["load"].nunique() > 1:
+        # Pooled loads can hide a level where the policy stops paying: score each level too.
+        for scores, split in ((train, "train"), (holdout, "holdout")):
+            scores["by_load"] = {
+                str(level): _headline(
+                    fit.policy_score(
+                        fitted["rules"],
+                        fit.units_build(pairs.loc[pairs["load"] == level]),
+                        inputs.features,
+                        split=split,
+                        params=params,
+                    )
+                )
+                for level in _load_order(experiment, pairs["load"].unique())
+            }
     document = json_safe(fit.rules_document(fitted["rules"]))
     return SlicePolicy.objects.create(
         experiment=experiment,
@@ -101,3 +116,14 @@ def policy_fit(
         source_runs=inputs.run_ids,
         created_by=created_by,
     )
+
+
+def _headline(scores: dict[str, Any]) -> dict[str, Any]:
+    keys = ("n_requests", "share_on", "policy", "all_on", "policy_vs_all_on", "lost_successes", "regressions")
+    return {k: scores[k] for k in keys}
+
+
+def _load_order(experiment: Experiment, present: Any) -> list[str]:
+    order = [lv.get("label") for lv in experiment.load_levels or []]
+    present = [str(x) for x in present]
+    return [x for x in order if x in present] + sorted(x for x in present if x not in order)

@@ -96,6 +96,18 @@ def policy_detail(request, pk: int):
     summary_rows.append(
         {"label": "all off (baseline)", "train": train.get("all_off"), "holdout": holdout.get("all_off")}
     )
+    by_load = []
+    for level, scores in (holdout.get("by_load") or {}).items():
+        by_load.append(
+            {
+                "load": level,
+                "share_on": _pct(scores.get("share_on")),
+                "policy": scores.get("policy"),
+                "all_on": [(arm, (scores.get("all_on") or {}).get(arm)) for arm in policy.arms],
+                "regressions": scores.get("regressions"),
+                "lost_successes": scores.get("lost_successes"),
+            }
+        )
     figure = fig_html(plots.benefit_per_rule(page["rules"]), div_id="benefit-per-rule")
     return render(
         request,
@@ -111,6 +123,7 @@ def policy_detail(request, pk: int):
             "document_json": json.dumps(policy.rules, indent=2, sort_keys=True),
             "export_json": json.dumps(policy_export(policy=policy), indent=2, sort_keys=True),
             "figure": figure,
+            "by_load": by_load,
         },
     )
 

@@ -87,9 +87,12 @@ def test_it_joins_the_trace_split_by_request_id(experiment):
 def test_it_keeps_speculation_off_where_the_candidate_breaks_json(experiment, engineer):
     json_requests = experiment.trace.requests.filter(task="json")
     json_requests.update(response_format={"type": "json_object"})
-    RequestResult.objects.filter(trace_request__task="json", run__arm__is_baseline=True).update(
-        output_text='{"ok": true}'
+    # As the worker stores them: the baseline's JSON is valid, the candidates' is not.
+    results = RequestResult.objects.filter(trace_request__task="json")
+    results.filter(run__arm__is_baseline=True).update(
+        output_text='{"ok": true}', json_valid=True, schema_valid=True
     )
+    results.filter(run__arm__is_baseline=False).update(json_valid=False, schema_valid=False)
     policy = policy_fit(experiment=experiment, load="1x", created_by=engineer)
     inputs = policy_inputs(experiment=experiment, arms=None, load="1x")
     route = fit.policy_route(policy.rules["rules"], inputs.features)
@@ -97,3 +100,13 @@ def test_it_keeps_speculation_off_where_the_candidate_breaks_json(experiment, en
     assert route.loc[sorted(json_ids), "arm"].isna().all()
     assert route["arm"].notna().any()  # the other tasks still benefit
     assert policy.holdout_scores["regressions"] == 0
+
+
+def test_it_scores_each_load_level_when_loads_are_pooled(experiment, engineer):
+    pooled = policy_fit(experiment=experiment, created_by=engineer)
+    assert list(pooled.holdout_scores["by_load"]) == ["1x", "2x"]
+    for level in ("1x", "2x"):
+        alone = pooled.holdout_scores["by_load"][level]
+        assert alone["n_requests"] == 30
+        assert alone["share_on"] == pooled.holdout_scores["share_on"]  # same rules, same requests
+    assert "by_load" not in policy_fit(experiment=experiment, load="1x", created_by=engineer).holdout_scores

@@ -151,3 +151,10 @@ def test_it_shows_an_off_carve_out_with_what_it_forgoes(viewer_client, policy):
     policy.save()
     body = viewer_client.get(f"/policies/{policy.pk}/").content.decode()
     assert f"off; {arm} there" in body and "-4.00 ms [-6.00, -2.00] (n=12)" in body
+
+
+def test_it_shows_the_holdout_per_load_level_for_pooled_loads(viewer_client, engineer):
+    experiment = experiment_synthesize(n_requests=45, ks=(2,), loads="1x,2x", repeats=1, seed=5, name="loads")
+    pooled = policy_fit(experiment=experiment, created_by=engineer)
+    body = viewer_client.get(f"/policies/{pooled.pk}/").content.decode()
+    assert "Holdout per load level" in body and "<td>2x</td>" in body
