@@ -147,7 +147,8 @@ def _when_text(when: dict) -> str:
 
 def policy_page(*, policy: SlicePolicy) -> dict[str, Any]:
     """Rows for the detail page: one per rule with its train and holdout numbers (seconds) and
-    whether it is flagged as overfit."""
+    whether it is flagged as overfit; and the slices the fit's first round considered (enabled
+    first, then by benefit), with why each could not be enabled."""
     doc_rules = (policy.rules or {}).get("rules", [])
     train = (policy.train_scores or {}).get("rules", [])
     holdout = (policy.holdout_scores or {}).get("rules", [])
@@ -167,4 +168,8 @@ def policy_page(*, policy: SlicePolicy) -> dict[str, Any]:
                 "overfit": i in flagged,
             }
         )
-    return {"rules": rows}
+    considered = []
+    for row in (policy.fit_details or {}).get("candidates", []):
+        considered.append({**row, "when_text": _when_text(row.get("when") or {})})
+    considered.sort(key=lambda r: (r.get("why_not") is not None, -(r.get("benefit") or 0.0)))
+    return {"rules": rows, "considered": considered[:300], "n_considered": len(considered)}

@@ -124,6 +124,8 @@ def policy_detail(request, pk: int):
             "export_json": json.dumps(policy_export(policy=policy), indent=2, sort_keys=True),
             "figure": figure,
             "by_load": by_load,
+            "considered": page["considered"],
+            "n_considered": page["n_considered"],
         },
     )
 

@@ -158,3 +158,9 @@ def test_it_shows_the_holdout_per_load_level_for_pooled_loads(viewer_client, eng
     pooled = policy_fit(experiment=experiment, created_by=engineer)
     body = viewer_client.get(f"/policies/{pooled.pk}/").content.decode()
     assert "Holdout per load level" in body and "<td>2x</td>" in body
+
+
+def test_it_lists_the_slices_considered_with_why_not(viewer_client, policy):
+    body = viewer_client.get(f"/policies/{policy.pk}/").content.decode()
+    assert "Slices the fit considered" in body
+    assert "task = json" in body and "all traffic" in body
