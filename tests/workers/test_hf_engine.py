@@ -323,3 +323,21 @@ def test_it_stops_cleanly_with_a_request_running_and_one_queued():
 def test_it_refuses_a_request_without_tokens_to_generate(baseline):
     with pytest.raises(EngineError, match="max_tokens must be >= 1"):
         _collect(baseline, EngineRequest(request_id="z", max_tokens=0, prompt="hi"))
+
+
+@pytest.mark.model
+def test_it_sends_raw_prompts_to_a_base_model_and_refuses_chat_without_a_template():
+    engine = HFEngine()
+    engine.start(_config(model="gemma3-270m"))
+    try:
+        chunks = _collect(
+            engine, EngineRequest(request_id="g1", max_tokens=4, prompt="The capital of France is")
+        )
+        assert len(_ids(chunks)) == 4 or chunks[-1].finish_reason == "stop"
+        with pytest.raises(EngineError, match="has no chat template; send a raw prompt"):
+            _collect(
+                engine,
+                EngineRequest(request_id="g2", max_tokens=4, messages=[{"role": "user", "content": "hi"}]),
+            )
+    finally:
+        engine.stop()
