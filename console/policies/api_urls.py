@@ -13,6 +13,7 @@ from console.policies.selectors import policy_export, policy_list
 def policy(request, pk: int):
     item = get_object_or_404(SlicePolicy.objects.select_related("created_by"), pk=pk)
     return policy_export(policy=item) | {
+        "rules": (item.rules or {}).get("rules", []),
         "train_scores": item.train_scores,
         "holdout_scores": item.holdout_scores,
     }

@@ -119,6 +119,7 @@ def test_it_serves_rules_and_scores_over_the_api(client, policy, viewer, api_tok
     assert response.status_code == 200
     data = response.json()
     assert data["document"] == policy.rules and data["rules_sha256"] == policy.rules_sha256
+    assert data["rules"] == policy.rules["rules"] and data["rules"][-1]["speculative_config"] is None
     assert data["holdout_scores"]["n_requests"] == policy.holdout_scores["n_requests"]
     assert data["train_scores"]["share_on"] == policy.train_scores["share_on"]
     listed = client.get(f"/api/policies?experiment={policy.experiment_id}", **api_token_for(viewer)).json()
