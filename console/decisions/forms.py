@@ -12,6 +12,7 @@ from console.decisions import checklist as checklist_mod
 from console.decisions import gate
 from console.decisions.models import Decision
 from console.experiments.models import Arm, Experiment
+from console.policies.models import SlicePolicy
 from console.traces.models import TRAFFIC_CLASSES
 
 TRIGGER_OPS = (">", ">=", "<", "<=")
@@ -67,6 +68,11 @@ class DecisionCreateForm(forms.Form):
     candidate_arm = forms.ModelChoiceField(queryset=Arm.objects.filter(is_baseline=False), required=False)
     traffic_class = forms.ChoiceField(choices=[(c, c) for c in TRAFFIC_CLASSES])
     rationale = forms.CharField(widget=forms.Textarea, required=False)
+    slice_policy = forms.ModelChoiceField(
+        queryset=SlicePolicy.objects.all(),
+        required=False,
+        help_text="for enable_for_slice: a policy fitted on this experiment's train split (frozen into the evidence)",
+    )
     policy_ref = forms.CharField(max_length=500, required=False, label="Policy (link or name)")
     supersedes = forms.ModelChoiceField(
         queryset=Decision.objects.filter(status__in=Decision.SIGNED_STATUSES), required=False
@@ -77,6 +83,9 @@ class DecisionCreateForm(forms.Form):
         arm, experiment = data.get("candidate_arm"), data.get("experiment")
         if arm is not None and experiment is not None and arm.experiment_id != experiment.pk:
             self.add_error("candidate_arm", "this arm belongs to another experiment")
+        policy = data.get("slice_policy")
+        if policy is not None and experiment is not None and policy.experiment_id != experiment.pk:
+            self.add_error("slice_policy", "this policy was fitted on another experiment")
         return data
 
 

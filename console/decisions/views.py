@@ -59,6 +59,14 @@ def decision_new(request: HttpRequest):
         form = DecisionCreateForm(request.POST)
         if form.is_valid():
             data = form.cleaned_data
+            slice_policy = data.get("slice_policy")
+            policy_ref = data.get("policy_ref") or ""
+            policy = None
+            if slice_policy is not None:
+                from console.policies.selectors import policy_export
+
+                policy = policy_export(policy=slice_policy)
+                policy_ref = f"/policies/{slice_policy.pk}/"
             try:
                 decision = services.decision_create(
                     experiment=data["experiment"],
@@ -68,7 +76,8 @@ def decision_new(request: HttpRequest):
                     candidate_arm=data.get("candidate_arm"),
                     traffic_class=data["traffic_class"],
                     rationale=data.get("rationale") or "",
-                    policy_ref=data.get("policy_ref") or "",
+                    policy_ref=policy_ref,
+                    policy=policy,
                     supersedes=data.get("supersedes"),
                     comparison=selectors.decision_comparison(experiment=data["experiment"]),
                 )
