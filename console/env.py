@@ -105,12 +105,13 @@ def envbroker(name: str, default_dir: Path) -> tuple[str, dict]:
     value = _raw(name)
     if value is None:
         queue_dir = default_dir / "broker"
-        for sub in ("in", "processed"):
+        for sub in ("in", "processed", "control"):
             (queue_dir / sub).mkdir(parents=True, exist_ok=True)
         options = {
             "data_folder_in": str(queue_dir / "in"),
             "data_folder_out": str(queue_dir / "in"),
             "processed_folder": str(queue_dir / "processed"),
+            "control_folder": str(queue_dir / "control"),  # kombu's default is ./control in the cwd
             "store_processed": False,
         }
         return "filesystem://", options
