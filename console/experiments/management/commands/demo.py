@@ -30,15 +30,16 @@ FULL = {
     "loads": "1x,2x",
     "ngram_k": [2, 4, 8],
 }
+# SmolLM2-135M decodes at about 16 tokens/s in fp32 on 2 cores: 6 short runs fit in 3 minutes.
 QUICK = {
     "target": "smollm2-135m",
     "draft": None,
     "engine_args": {"dtype": "float32"},
     "split": "holdout",
-    "output_limit": 32,
+    "output_limit": 24,
     "repeats": 1,
     "loads": "1x,2x",
-    "ngram_k": [2, 4, 8],
+    "ngram_k": [2, 4],
 }
 
 
