@@ -63,6 +63,7 @@ def _describe(errors: list[float]) -> str:
 
 
 def _assert_within(errors: list[float], what: str) -> None:
+    print(f"{what}: {_describe(errors)}")  # shown with -s or -rA: the numbers, not just a pass
     values = sorted(abs(e) for e in errors)
     assert percentile(values=values, q=95) <= BOUND_S, f"{what}: {_describe(errors)}"
     assert values[-1] <= WORST_S, f"{what}: {_describe(errors)}"

@@ -679,6 +679,11 @@ def main(argv: list[str] | None = None) -> None:
     server = StreamServer(script=script_parse(data=json.loads(args.script), default=Script()), engine=engine)
     server.model = args.model
 
+    from workers.replay import LATENCY_SLICE_S, sched_slice_set
+
+    # The server is the benchmarks' clock: let it run as soon as a request arrives.
+    sched_slice_set(slice_s=LATENCY_SLICE_S)
+
     async def run() -> None:
         port = await server.listen(host=args.host, port=args.port)
         assert server._server is not None
