@@ -233,3 +233,16 @@ def test_it_interpolates_percentiles_like_numpy():
     assert percentile(values=values, q=50) == 2.5
     assert percentile(values=values, q=99) == pytest.approx(3.97)
     assert percentile(values=[7.0], q=99) == 7.0
+
+
+def test_it_sets_and_restores_the_threads_scheduler_slice():
+    from workers.replay import sched_slice_set
+
+    previous = sched_slice_set(slice_s=0.0002)
+    if previous is None:
+        pytest.skip("this kernel or platform takes no custom scheduler slice (Linux 6.12+ does)")
+    try:
+        assert sched_slice_set(slice_s=0.0003) == pytest.approx(0.0002)
+    finally:
+        sched_slice_set(slice_s=previous)
+    assert sched_slice_set(slice_s=previous) == pytest.approx(previous)
