@@ -110,7 +110,10 @@ def run_specreview(*, server: ServerProcess, rate: float, n: int) -> Row:
         row.own_p99_ms = percentile(values=own, q=99) * 1e3
         row.own_max_ms = own[-1] * 1e3
     client = result.send_lateness()
-    row.status = f"client-side send p99 {client['p99_s'] * 1e3:.2f} ms, max {client['max_s'] * 1e3:.1f} ms"
+    if client["p99_s"] is not None and client["max_s"] is not None:
+        row.status = (
+            f"client-side send p99 {client['p99_s'] * 1e3:.2f} ms, max {client['max_s'] * 1e3:.1f} ms"
+        )
     if result.failed:
         row.status = f"{len(result.failed)} failed: {result.failed[0].error[:80]}"
     return row

@@ -224,7 +224,7 @@ class StreamServer:
     @staticmethod
     async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
         if headers.get("transfer-encoding", "").lower() == "chunked":
-            parts = []
+            parts: list[bytes] = []
             while True:
                 size = int((await reader.readline()).strip() or b"0", 16)
                 if size == 0:
@@ -415,7 +415,11 @@ class StreamServer:
             await self._send(writer, 200, full, "application/json")
             return True
         if options.get("include_usage"):
-            usage_event = {**common, "choices": [], "usage": _usage(prompt_tokens, completion_tokens)}
+            usage_event: dict[str, Any] = {
+                **common,
+                "choices": [],
+                "usage": _usage(prompt_tokens, completion_tokens),
+            }
             self._write_event(writer, b"data: " + json.dumps(usage_event).encode() + b"\n\n")
         self._write_event(writer, b"data: [DONE]\n\n")
         writer.write(b"0\r\n\r\n")
