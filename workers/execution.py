@@ -12,7 +12,7 @@ import logging
 import socket
 import traceback
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from console.analysis.models import RequestResult, RunSummary, RunTelemetry
@@ -99,11 +99,21 @@ def run_execute(*, run_id: int) -> str:
         specs = [RequestSpec(request=req, arrival_s=tr.arrival_s, key=tr.pk) for tr, req in pairs]
         stop_requested = {"flag": False}
 
+        # Both run in the replay's worker threads: each thread has its own database connection,
+        # closed after use so a long replay does not leave connections behind.
         def progress(done: int, total: int) -> None:
-            stop_requested["flag"] = run_progress_record(run_id=run_id, done=done, total=total)
+            try:
+                stop_requested["flag"] = run_progress_record(run_id=run_id, done=done, total=total)
+            finally:
+                connection.close()
 
         def cancel() -> bool:
-            return stop_requested["flag"] or Run.objects.filter(pk=run_id, cancel_requested=True).exists()
+            if stop_requested["flag"]:
+                return True
+            try:
+                return Run.objects.filter(pk=run_id, cancel_requested=True).exists()
+            finally:
+                connection.close()
 
         result = asyncio.run(
             replay_run(
