@@ -73,7 +73,7 @@ def through_engine(engine: HFEngine, request: EngineRequest) -> list[int]:
 
 def measure(
     engine: HFEngine, requests: list[EngineRequest], repeats: int, *, verbose: bool = False
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Seconds (wall and process CPU) and tokens per path, direct and engine calls alternating."""
     import dataclasses
 

@@ -308,7 +308,7 @@ def gguf_convert(*, gguf: Path, dest: Path, source_sha256: str, source: str) -> 
     if add_bos and getattr(tokenizer, "add_bos_token", None) is False:
         # transformers' GGUF tokenizer conversion drops tokenizer.ggml.add_bos_token (Gemma needs its
         # <bos>, and llama.cpp adds it); restore what the file asks for.
-        tokenizer.add_bos_token = True
+        tokenizer.add_bos_token = True  # type: ignore[misc]  # a settable property at runtime (tested)
     quantizer = getattr(model, "hf_quantizer", None)
     if quantizer is not None:
         # The legacy GGUF path dequantizes too but leaves its quantizer attached, which blocks saving.

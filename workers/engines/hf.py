@@ -80,8 +80,11 @@ def _plan(spec: dict[str, Any] | None) -> SpecPlan | None:
                 raise EngineError(f"speculative_config.{key} must be an integer >= 1, got {value!r}")
         if lo is None and hi is None:
             lo = hi = VLLM_PROMPT_LOOKUP_DEFAULT
-        lo = hi if lo is None else lo
-        hi = lo if hi is None else hi
+        elif lo is None:
+            lo = hi
+        elif hi is None:
+            hi = lo
+        assert lo is not None and hi is not None
         if lo > hi:
             raise EngineError(f"speculative_config.prompt_lookup_min ({lo}) exceeds prompt_lookup_max ({hi})")
         return SpecPlan(method=method, k=k, lookup_min=lo, lookup_max=hi)
