@@ -233,11 +233,11 @@ def test_it_counts_acceptance_that_adds_up_per_request_and_per_position(self_dra
     after = self_draft.counters()
     assert after["seam_mismatches"] == 0
     assert after["generated_tokens"] - before["generated_tokens"] == generated
-    drafted = after["spec_drafted_tokens"] - before["spec_drafted_tokens"]
-    accepted = after["spec_accepted_tokens"] - before["spec_accepted_tokens"]
+    drafted = after["spec_decode_num_draft_tokens"] - before["spec_decode_num_draft_tokens"]
+    accepted = after["spec_decode_num_accepted_tokens"] - before["spec_decode_num_accepted_tokens"]
     assert drafted == sum(c.drafted for c in steps) and accepted == sum(c.accepted for c in steps)
-    assert sum(after["spec_drafted_per_pos"]) == after["spec_drafted_tokens"]
-    assert sum(after["spec_accepted_per_pos"]) == after["spec_accepted_tokens"]
+    assert sum(after["spec_decode_num_draft_tokens_per_pos"]) == after["spec_decode_num_draft_tokens"]
+    assert sum(after["spec_decode_num_accepted_tokens_per_pos"]) == after["spec_decode_num_accepted_tokens"]
     # A model drafting for itself greedily agrees with itself, up to float rounding between batch shapes.
     assert accepted >= 0.8 * drafted
 

@@ -130,7 +130,9 @@ def test_it_reproduces_the_baseline_with_ngram_on_20_real_prompts(shared_data, s
     spec = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
     counters, report = _compare("smollm2-135m", spec, requests, 32, baseline=smol_baseline)
     assert counters["requests"] == 20
-    assert counters["spec_accepted_tokens"] > 0, "prompt lookup on code and translation must accept something"
+    assert counters["spec_decode_num_accepted_tokens"] > 0, (
+        "prompt lookup on code and translation must accept something"
+    )
 
 
 def test_it_reproduces_the_baseline_with_a_draft_model(shared_data, smol_baseline):
@@ -138,7 +140,7 @@ def test_it_reproduces_the_baseline_with_a_draft_model(shared_data, smol_baselin
     requests = real_prompts(shared_data, per_task=1)
     spec = {"method": "draft_model", "model": "smollm2-135m", "num_speculative_tokens": 4}
     counters, _ = _compare("smollm2-135m", spec, requests, 24, baseline=smol_baseline)
-    assert counters["spec_accepted_tokens"] > 0
+    assert counters["spec_decode_num_accepted_tokens"] > 0
 
 
 @pytest.mark.parametrize("schedule", ["heuristic", "dynamic"])
@@ -151,7 +153,7 @@ def test_it_reproduces_the_baseline_with_adaptive_draft_lengths(shared_data, smo
         "draft_length_schedule": schedule,
     }
     counters, _ = _compare("smollm2-135m", spec, requests, 20, baseline=smol_baseline)
-    assert counters["spec_drafted_tokens"] > 0
+    assert counters["spec_decode_num_draft_tokens"] > 0
 
 
 @pytest.mark.slow
@@ -163,7 +165,7 @@ def test_it_reproduces_the_qwen_coder_target_with_its_0_5b_draft(shared_data):
     ]
     spec = {"method": "draft_model", "model": "qwen2.5-coder-0.5b", "num_speculative_tokens": 4}
     counters, _ = _compare("qwen2.5-coder-1.5b", spec, requests, 24)
-    assert counters["spec_accepted_tokens"] > 0
+    assert counters["spec_decode_num_accepted_tokens"] > 0
 
 
 @pytest.mark.slow
@@ -172,4 +174,4 @@ def test_it_reproduces_the_baseline_with_a_draft_of_another_tokenizer(shared_dat
     requests = [r for r in real_prompts(shared_data, per_task=1) if r.request_id in {"humaneval-0", "wmt-0"}]
     spec = {"method": "draft_model", "model": "smollm2-135m", "num_speculative_tokens": 3}
     counters, _ = _compare("qwen2.5-coder-0.5b", spec, requests, 16)
-    assert counters["spec_drafted_tokens"] > 0
+    assert counters["spec_decode_num_draft_tokens"] > 0

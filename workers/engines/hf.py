@@ -463,11 +463,11 @@ class HFEngine:
         return {
             "requests": 0,
             "generated_tokens": 0,
-            "spec_steps": 0,
-            "spec_drafted_tokens": 0,
-            "spec_accepted_tokens": 0,
-            "spec_drafted_per_pos": [],
-            "spec_accepted_per_pos": [],
+            "spec_decode_num_drafts": 0,
+            "spec_decode_num_draft_tokens": 0,
+            "spec_decode_num_accepted_tokens": 0,
+            "spec_decode_num_draft_tokens_per_pos": [],
+            "spec_decode_num_accepted_tokens_per_pos": [],
             "seam_mismatches": 0,
         }
 
@@ -480,12 +480,15 @@ class HFEngine:
             c["generated_tokens"] += generated
             if recorder is None:
                 return
-            c["spec_steps"] += len(recorder.steps)
-            c["spec_drafted_tokens"] += recorder.drafted_total
-            c["spec_accepted_tokens"] += recorder.accepted_total
+            c["spec_decode_num_drafts"] += len(recorder.steps)
+            c["spec_decode_num_draft_tokens"] += recorder.drafted_total
+            c["spec_decode_num_accepted_tokens"] += recorder.accepted_total
             c["seam_mismatches"] += recorder.mismatches
             drafted, accepted = per_position(recorder.steps)
-            for key, values in (("spec_drafted_per_pos", drafted), ("spec_accepted_per_pos", accepted)):
+            for key, values in (
+                ("spec_decode_num_draft_tokens_per_pos", drafted),
+                ("spec_decode_num_accepted_tokens_per_pos", accepted),
+            ):
                 total = c[key]
                 total.extend([0] * (len(values) - len(total)))
                 for j, v in enumerate(values):
