@@ -35,7 +35,10 @@ def main() -> None:
     from django.db import connection
     from django.test.utils import setup_databases, teardown_databases
 
-    settings.DATABASES["default"]["TEST"] = {"NAME": settings.DATABASES["default"]["NAME"] + "_bench_analysis"}
+    settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = (
+        settings.DATABASES["default"]["NAME"] + "_bench_analysis"
+    )
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
     old = setup_databases(verbosity=0, interactive=False)
     try:
         from django.test import Client
@@ -48,15 +51,26 @@ def main() -> None:
         t = time.perf_counter()
         # baseline + k=2 + k=4 at 1x, 2x, 4x, one repeat = 9 runs
         experiment = experiment_synthesize(n_requests=args.requests, ks=(2, 4), loads="1x,2x,4x", repeats=1)
-        print(f"built {experiment.runs.count()} runs, {RequestResult.objects.count():,} request rows "
-              f"in {time.perf_counter() - t:.1f} s ({connection.vendor})")
+        print(
+            f"built {experiment.runs.count()} runs, {RequestResult.objects.count():,} request rows "
+            f"in {time.perf_counter() - t:.1f} s ({connection.vendor})"
+        )
 
+        from console.analysis.selectors import experiment_finished_runs, results_frames
+
+        t = time.perf_counter()
+        frames = results_frames(runs=experiment_finished_runs(experiment=experiment))
+        load = time.perf_counter() - t
+        print(f"  of which loading {len(frames[0]):,} rows from the database: {load:.2f} s")
+        del frames
         ComparisonCache.objects.all().delete()
         t = time.perf_counter()
         summary = comparison_for_experiment(experiment=experiment, n_boot=args.n_boot)
         cold = time.perf_counter() - t
-        print(f"cold comparison: {cold:.2f} s  (target < 5 s; {len(summary['headline'])} headline rows, "
-              f"{len(summary['slices'])} slice rows, n_boot={args.n_boot})")
+        print(
+            f"cold comparison: {cold:.2f} s  (target < 5 s; {len(summary['headline'])} headline rows, "
+            f"{len(summary['slices'])} slice rows, n_boot={args.n_boot})"
+        )
 
         user = user_create(username="bench", password="bench-password", role="viewer")
         client = Client()
@@ -70,7 +84,9 @@ def main() -> None:
             times.append(time.perf_counter() - t)
             assert response.status_code == 200
         warm = sorted(times)[len(times) // 2]
-        print(f"warm page render: {warm * 1000:.0f} ms median of 5  (target < 300 ms; {len(response.content):,} bytes)")
+        print(
+            f"warm page render: {warm * 1000:.0f} ms median of 5  (target < 300 ms; {len(response.content):,} bytes)"
+        )
         print(f"ratios: cold/target = {cold / 5:.2f}, warm/target = {warm / 0.3:.2f}")
         call_command("flush", verbosity=0, interactive=False)
     finally:
