@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -103,27 +102,10 @@ def _worker_env() -> dict:
 @contextlib.contextmanager
 def _worker_start(log: Path):
     """A real `celery worker` subprocess on the real broker, reading the test database."""
+    from workers.embedded import worker_argv
+
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "workers.celery",
-            "worker",
-            "-Q",
-            "cpu,gpu",
-            "--pool",
-            "solo",
-            "--concurrency",
-            "1",
-            "--without-gossip",
-            "--without-mingle",
-            "--loglevel",
-            "INFO",
-            "-n",
-            f"test-{os.getpid()}-{time.monotonic_ns()}@%h",
-        ],
+        worker_argv(name=f"test-{os.getpid()}-{time.monotonic_ns()}"),
         cwd=ROOT,
         env=_worker_env(),
         stdout=log.open("w"),

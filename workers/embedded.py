@@ -18,6 +18,30 @@ from pathlib import Path
 from django.conf import settings
 
 
+def worker_argv(*, name: str, queues: str = "cpu,gpu") -> list[str]:
+    """The command line of a one-at-a-time worker (solo pool, like a GPU worker) named ``name``."""
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers.celery",
+        "worker",
+        "-Q",
+        queues,
+        "--pool",
+        "solo",
+        "--concurrency",
+        "1",
+        "--without-gossip",
+        "--without-mingle",
+        "--loglevel",
+        "INFO",
+        "-n",
+        f"{name}@%h",
+    ]
+
+
 @contextlib.contextmanager
 def embedded_worker(*, queues: str = "cpu,gpu", log_path: Path | None = None) -> Iterator[subprocess.Popen]:
     log_path = log_path or Path(settings.VAR_DIR) / "worker.log"
@@ -26,26 +50,7 @@ def embedded_worker(*, queues: str = "cpu,gpu", log_path: Path | None = None) ->
     env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     with log_path.open("w") as log:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "workers.celery",
-                "worker",
-                "-Q",
-                queues,
-                "--pool",
-                "solo",
-                "--concurrency",
-                "1",
-                "--without-gossip",
-                "--without-mingle",
-                "--loglevel",
-                "INFO",
-                "-n",
-                f"embedded-{os.getpid()}@%h",
-            ],
+            worker_argv(name=f"embedded-{os.getpid()}", queues=queues),
             cwd=settings.BASE_DIR,
             env=env,
             stdout=log,
