@@ -38,7 +38,7 @@ $(VLLM_VENV)/.installed: pyproject.toml Makefile
 	@touch $@
 
 test-vllm: $(VLLM_VENV)/.installed
-	$(VLLM_VENV)/bin/pytest tests/workers/test_vllm_engine.py -m vllm -p no:cacheprovider
+	$(VLLM_VENV)/bin/pytest tests/workers/test_vllm_engine.py tests/workers/test_openai_vllm_server.py -m vllm -p no:cacheprovider
 
 # The embedded default: SQLite under var/, the filesystem broker, a worker the demo starts itself.
 demo: $(VENV)/.installed-demo
