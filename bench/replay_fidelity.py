@@ -1,6 +1,6 @@
 """Replay fidelity: how close to its schedule does each load generator send, seen at the server?
 
-Starts the local OpenAI-compatible streaming server (workers/testing/stream_server.py) in its
+Starts the local OpenAI-compatible streaming server (tests/support/stream_server.py) in its
 own process; it timestamps every request line on arrival with perf_counter (CLOCK_MONOTONIC,
 shared across processes). Then, for each constant rate (50, 200 and 1000 requests/s by
 default, 2,000 requests or 10 s each, whichever is fewer), it drives the same server with:
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -40,10 +41,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.support.stream_server import Script, ServerProcess, stream_server_spawn  # noqa: E402
 from workers.engines.base import EngineConfig, EngineRequest  # noqa: E402
 from workers.engines.openai_http import OpenAIEngine  # noqa: E402
 from workers.replay import RequestSpec, percentile, replay_run_sync  # noqa: E402
-from workers.testing.stream_server import Script, ServerProcess, stream_server_spawn  # noqa: E402
 
 MODEL = "scripted"
 TOOL_TIMEOUT_S = 300
@@ -88,7 +89,9 @@ def row_fill(*, row: Row, arrivals: list[float], rate: float) -> Row:
 
 def run_specreview(*, server: ServerProcess, rate: float, n: int) -> Row:
     engine = OpenAIEngine()
-    engine.start(EngineConfig(engine="openai", target_model=MODEL, engine_args={"base_url": server.base_url}))
+    # Registered as an operator would (no Django here: the engine reads the environment).
+    os.environ["SPECREVIEW_OPENAI_SERVERS"] = json.dumps({"bench": server.base_url})
+    engine.start(EngineConfig(engine="openai", target_model=MODEL, engine_args={"server": "bench"}))
     specs = [
         RequestSpec(
             request=EngineRequest(request_id=f"sr-{i}", max_tokens=1, prompt="hello"), arrival_s=i / rate

@@ -1,11 +1,15 @@
 """Benchmark: import a generated native JSONL trace into the configured database (Postgres for the target).
 
     DATABASE_URL=postgres://... .venv/bin/python bench/trace_import.py [--requests 100000] [--sizes 20000,100000]
+        [--repeat 3] [--baseline ../older-checkout]
 
 Each size is imported in a fresh child process, which reports requests/s (wall clock, from opening the
 file to the committed transaction, including hashing, validation and the sort check) and its peak RSS
 (MiB, from getrusage). Peak RSS that stays flat as the file grows shows the parse streams. Target:
->= 20,000 requests/s for 100,000 requests. The imported traces are deleted afterwards.
+>= 20,000 requests/s for 100,000 requests (the median of ``--repeat`` runs). ``--baseline DIR`` runs
+another checkout's importer interleaved with this one on the same files and prints the ratio: on a
+shared machine the ratio holds where the absolute rate moves with the load. The imported traces are
+deleted afterwards.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import json
 import os
 import random
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -115,6 +120,22 @@ def child(path: str) -> None:
     trace_delete(trace=trace)
 
 
+def _run_child(script: Path, path: Path) -> dict:
+    out = subprocess.run(
+        [sys.executable, str(script), "--child", str(path)],
+        cwd=script.parent.parent,
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(out.stdout + out.stderr)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -123,42 +144,82 @@ def main() -> int:
     parser.add_argument(
         "--sizes", default="", help="comma-separated sizes to compare (default: 20000 and --requests)"
     )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="imports per size (fresh process each); the median is reported"
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout (e.g. a git worktree of an older commit): its importer runs interleaved with "
+        "this one on the same files, so a loaded machine slows both alike",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child)
         return 0
     sizes = [int(s) for s in args.sizes.split(",") if s] or sorted({20_000, args.requests})
-    results = []
+    trees = [("this", Path(__file__).resolve())]
+    if args.baseline:
+        trees.append(("baseline", args.baseline.resolve() / "bench" / "trace_import.py"))
+    medians: dict[tuple[str, int], dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             path = Path(tmp) / f"trace-{n}.jsonl"
             size = generate(path, n)
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", str(path)], cwd=ROOT, capture_output=True, text=True
-            )
-            if out.returncode != 0:
-                print(out.stdout + out.stderr, file=sys.stderr)
-                return out.returncode
-            result = json.loads(out.stdout.strip().splitlines()[-1])
-            result["file_mib"] = round(size / 2**20, 1)
-            results.append(result)
+            runs: dict[str, list[dict]] = {label: [] for label, _ in trees}
+            for _ in range(max(1, args.repeat)):
+                for label, script in trees:
+                    try:
+                        result = _run_child(script, path)
+                    except RuntimeError as exc:
+                        print(exc, file=sys.stderr)
+                        return 1
+                    result["file_mib"] = round(size / 2**20, 1)
+                    runs[label].append(result)
+                    _print(label, result)
+            for label, results in runs.items():
+                medians[(label, n)] = {
+                    "requests": n,
+                    "requests_per_s": _median([r["requests_per_s"] for r in results]),
+                    "client_cpu_s": _median([r["client_cpu_s"] for r in results]),
+                    "server_cpu_s": _median([r["server_cpu_s"] or 0.0 for r in results]),
+                    "rss_peak_mib": max(r["rss_peak_mib"] for r in results),
+                    "load_average": _median([r["load_average"] for r in results]),
+                }
+    big = max(sizes)
+    if args.repeat > 1 or args.baseline:
+        for (label, n), m in medians.items():
             print(
-                f"{result['requests']:>8,} requests  {result['file_mib']:>6.1f} MiB file  {result['seconds']:>6.2f} s  "
-                f"{result['requests_per_s']:>7,} requests/s  peak RSS {result['rss_peak_mib']:.0f} MiB "
-                f"(after Django start {result['rss_before_mib']:.0f} MiB)  [{result['database']}]"
+                f"median of {max(1, args.repeat)} [{label}] {n:,} requests: {m['requests_per_s']:,.0f} requests/s, "
+                f"importer CPU {m['client_cpu_s']:.2f} s, Postgres backend CPU {m['server_cpu_s']:.2f} s, "
+                f"peak RSS {m['rss_peak_mib']:.0f} MiB, load average {m['load_average']:.1f} on {os.cpu_count()} cores"
             )
-            busy = result["client_cpu_s"] + (result["server_cpu_s"] or 0)
+        if args.baseline:
+            ours, theirs = medians[("this", big)], medians[("baseline", big)]
             print(
-                f"{'':>10}CPU: importer {result['client_cpu_s']:.2f} s, Postgres backend "
-                f"{result['server_cpu_s'] if result['server_cpu_s'] is not None else 'n/a'} s, "
-                f"= {result['requests'] / busy:,.0f} requests per CPU-second; load average {result['load_average']:.1f} "
-                f"on {os.cpu_count()} cores"
+                f"this / baseline at {big:,}: requests/s x{ours['requests_per_s'] / theirs['requests_per_s']:.2f}, "
+                f"importer CPU x{ours['client_cpu_s'] / theirs['client_cpu_s']:.2f}"
             )
-    big = results[-1]
-    ok = big["requests_per_s"] >= 20_000
-    print(f"target >= 20,000 requests/s at {big['requests']:,}: {'met' if ok else 'NOT met'}")
+    rate = medians[("this", big)]["requests_per_s"]
+    ok = rate >= 20_000
+    print(f"target >= 20,000 requests/s at {big:,}: {'met' if ok else 'NOT met'} ({rate:,.0f})")
     return 0
+
+
+def _print(label: str, result: dict) -> None:
+    print(
+        f"[{label}] {result['requests']:>8,} requests  {result['file_mib']:>6.1f} MiB file  {result['seconds']:>6.2f} s  "
+        f"{result['requests_per_s']:>7,} requests/s  peak RSS {result['rss_peak_mib']:.0f} MiB "
+        f"(after Django start {result['rss_before_mib']:.0f} MiB)  [{result['database']}]"
+    )
+    busy = result["client_cpu_s"] + (result["server_cpu_s"] or 0)
+    print(
+        f"{'':>10}CPU: importer {result['client_cpu_s']:.2f} s, Postgres backend "
+        f"{result['server_cpu_s'] if result['server_cpu_s'] is not None else 'n/a'} s, "
+        f"= {result['requests'] / busy:,.0f} requests per CPU-second; load average {result['load_average']:.1f} "
+        f"on {os.cpu_count()} cores"
+    )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from workers.engines.base import EngineConfig, EngineRequest  # noqa: E402
 from workers.engines.vllm import VLLMEngine  # noqa: E402

@@ -1,24 +1,55 @@
-"""A small JSON API layer shared by every app: errors as JSON, permission checks, OpenAPI.
+"""The JSON API, declared once.
 
-Views decorated with ``api_endpoint`` receive the parsed request and return a dict/list
-(serialised as JSON) or raise ``ApiError``. Each endpoint registers its OpenAPI
-operation, and ``/api/openapi.json`` serves them all.
+django-ninja reads each operation's type hints (pydantic schemas, ``Path``/``Query``/``Form``/``File``
+parameters, the ``response`` map) and derives from them both the request validation and
+``/api/openapi.json``: what the document says is what the server checks. Routers live in each app's
+``api.py``; ``console.urls`` mounts them on ``api``.
+
+Everything here is the glue every operation shares: authentication (bearer token or session + CSRF),
+the permission an operation needs (checked before its body is read), and one JSON error shape,
+``{"error": "<what and where>", "details": ...}``, for every failure.
 """
 
 from __future__ import annotations
 
-import functools
-import json
+import re
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from django.http import Http404, HttpRequest, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DataError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.urls import URLPattern, URLResolver, path
+from django.views.decorators.http import require_safe
+from ninja import NinjaAPI, Schema
+from ninja.errors import AuthenticationError, HttpError
+from ninja.errors import ValidationError as NinjaValidationError
+from ninja.security import APIKeyCookie, HttpBearer
+from ninja.utils import check_csrf
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-_OPERATIONS: dict[str, dict[str, Any]] = {}
+from console.errors import Conflict
+
+# Postgres keys are bigints; anything above cannot name a row (and would overflow the query).
+MAX_ID = 2**63 - 1
+# Postgres text and jsonb cannot hold NUL; refusing it in the schema keeps it out of every query.
+NO_NUL = r"^[^\x00]*$"
+
+Id = Annotated[int, Field(ge=1, le=MAX_ID)]
+# Free text (a rationale, a comment, notes), in characters: longer is a document, not a field.
+LONG_TEXT = 20_000
+
+
+def text(max_length: int | None = None, *, min_length: int | None = None) -> Any:
+    """A NUL-free string, optionally bounded (characters); the bound shows in the schema."""
+    return Annotated[str, StringConstraints(pattern=NO_NUL, max_length=max_length, min_length=min_length)]
 
 
 class ApiError(Exception):
+    """Raised by an operation for a status with a message (and optional structured details)."""
+
     def __init__(self, status: int, message: str, *, details: Any = None):
         super().__init__(message)
         self.status = status
@@ -26,77 +57,288 @@ class ApiError(Exception):
         self.details = details
 
 
-def api_endpoint(
-    *,
-    path: str,
-    methods: dict[str, str],
-    capability: dict[str, str] | None = None,
-    request_body: dict[str, Any] | None = None,
-) -> Callable:
-    """Declare an API view.
+def row_or_404(queryset: Any, pk: int, *, what: str) -> Any:
+    """The row with primary key ``pk``, or a 404 that names what was looked for."""
+    row = queryset.filter(pk=pk).first()
+    if row is None:
+        raise ApiError(404, f"no {what} {pk}")
+    return row
 
-    ``path`` is the OpenAPI path (``/api/traces/{id}``); ``methods`` maps each allowed HTTP
-    method to a one-line summary; ``capability`` maps a method to the permission it needs
-    (checked server-side, 403 otherwise).
+
+class ErrorOut(Schema):
+    """Every error the API returns."""
+
+    error: str = Field(description="what went wrong, and where")
+    details: Any = Field(None, description="field errors or per-line errors, when there are several")
+
+
+class Open(BaseModel):
+    """An output object: the listed fields are guaranteed, more may follow. (A plain pydantic model:
+    ninja's ``Schema`` reads only the declared fields, and the extra ones are the point here.)"""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Strict(Schema):
+    """An input object: unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def errors(*codes: int) -> dict[int, type[ErrorOut]]:
+    """The error responses an operation declares (401, 403 and 429 apply to all: a bad or missing
+    token, a missing permission or CSRF token, too many bad tokens from one address)."""
+    return {code: ErrorOut for code in sorted({401, 403, 429, *codes})}
+
+
+# --- authentication and permissions -------------------------------------------------------------
+# LoginRequiredEverywhere resolves the bearer token (one lookup, shared with the schema endpoint)
+# and answers 401 to a request with neither a valid token nor a session. The classes below declare
+# the two schemes in the document and, per operation, check the permission before the body is read.
+
+
+def _admit(request: HttpRequest, *, capability: str | None, before_body: Callable | None) -> Any:
+    if capability and not request.user.has_perm(capability):
+        raise PermissionDenied(f"needs {capability}")
+    if before_body is not None:
+        before_body(request)
+    return request.user
+
+
+class BearerToken(HttpBearer):
+    """``Authorization: Bearer <token>`` (``console create_user --token`` issues one)."""
+
+    def __init__(self, *, capability: str | None = None, before_body: Callable | None = None):
+        super().__init__()
+        self.capability, self.before_body = capability, before_body
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if getattr(request, "api_token_user", None) is None:
+            return None
+        return _admit(request, capability=self.capability, before_body=self.before_body)
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:  # pragma: no cover - see __call__
+        return getattr(request, "api_token_user", None)
+
+
+class SessionCookie(APIKeyCookie):
+    """The console's login session; writes also need the CSRF token (``X-CSRFToken``)."""
+
+    param_name = settings.SESSION_COOKIE_NAME
+
+    def __init__(self, *, capability: str | None = None, before_body: Callable | None = None):
+        super().__init__(csrf=True)
+        self.capability, self.before_body = capability, before_body
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if getattr(request, "api_token_user", None) is not None or not request.user.is_authenticated:
+            return None
+        user = _admit(request, capability=self.capability, before_body=self.before_body)
+        # After _admit: the CSRF check reads request.POST, so a size limit must already be in place.
+        if check_csrf(request) is not None:
+            raise HttpError(403, "CSRF check failed")
+        return user
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any:  # pragma: no cover
+        return request.user if request.user.is_authenticated else None
+
+
+def access(*, capability: str | None = None, before_body: Callable | None = None) -> dict[str, Any]:
+    """Keyword arguments for a router decorator: who may call it, and what runs before the body is read.
+
+    The permission is also written into the document (``x-permission``), which is where the role
+    tests and ``guarded_urls`` find it.
     """
-    capability = capability or {}
-    for method, summary in methods.items():
-        op: dict[str, Any] = {"summary": summary, "responses": {"200": {"description": "OK"}}}
-        if method in capability:
-            op["description"] = f"Needs permission {capability[method]}."
-        if request_body and method in ("POST", "PUT", "PATCH"):
-            op["requestBody"] = request_body
-        _OPERATIONS.setdefault(path, {})[method.lower()] = op
-
-    def decorate(view: Callable) -> Callable:
-        @csrf_exempt
-        @functools.wraps(view)
-        def wrapper(request: HttpRequest, *args, **kwargs):
-            if request.method not in methods:
-                return JsonResponse({"error": f"method {request.method} not allowed"}, status=405)
-            perm = capability.get(request.method or "")
-            if perm and not request.user.has_perm(perm):
-                return JsonResponse({"error": f"permission denied: needs {perm}"}, status=403)
-            if request.method in ("POST", "PUT", "PATCH") and request.user.is_authenticated:
-                # Session-authenticated API calls still need CSRF; token ones are exempted by middleware.
-                from django.middleware.csrf import CsrfViewMiddleware
-
-                if not getattr(request, "_dont_enforce_csrf_checks", False):
-                    reason = CsrfViewMiddleware(lambda r: None).process_view(request, None, (), {})  # type: ignore[arg-type]
-                    if reason is not None:
-                        return JsonResponse({"error": "CSRF check failed"}, status=403)
-            try:
-                result = view(request, *args, **kwargs)
-            except Http404 as exc:
-                return JsonResponse({"error": str(exc) or "not found"}, status=404)
-            except ApiError as exc:
-                body: dict[str, Any] = {"error": exc.message}
-                if exc.details is not None:
-                    body["details"] = exc.details
-                return JsonResponse(body, status=exc.status)
-            if isinstance(result, JsonResponse) or hasattr(result, "status_code"):
-                return result
-            return JsonResponse(result, safe=False, json_dumps_params={"allow_nan": False})
-
-        wrapper.required_capabilities = dict(capability)  # type: ignore[attr-defined]
-        wrapper.allowed_methods = tuple(methods)  # type: ignore[attr-defined]
-        return wrapper
-
-    return decorate
+    extra = {"x-permission": capability} if capability else {}
+    return {
+        "auth": [
+            BearerToken(capability=capability, before_body=before_body),
+            SessionCookie(capability=capability, before_body=before_body),
+        ],
+        "openapi_extra": extra,
+    }
 
 
-def json_body(request: HttpRequest) -> Any:
-    try:
-        return json.loads(request.body or b"null")
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+api = NinjaAPI(
+    title="specreview API",
+    version="1",
+    description="Traces, experiments, comparisons, slice policies and decisions. See docs/api.md.",
+    urls_namespace="api",
+    openapi_url=None,  # served by openapi_json below, under the console's own URL name
+    docs_url=None,  # Swagger UI loads from a CDN; the console works offline. Point any viewer at the JSON.
+    auth=access()["auth"],
+)
+
+
+# --- one error shape ----------------------------------------------------------------------------
+
+
+def error_response(request: HttpRequest, status: int, message: str, details: Any = None) -> HttpResponse:
+    body: dict[str, Any] = {"error": message}
+    if details is not None:
+        body["details"] = details
+    return api.create_response(request, body, status=status)
+
+
+def _field(loc: tuple | list) -> str:
+    # ninja prefixes each location with its source ("body", "query", "path", "form", "file") and,
+    # for a body, the parameter name; what a client wants is the field path inside its own input.
+    parts = [str(p) for p in loc]
+    if parts[:1] == ["body"]:
+        parts = parts[2:]
+    else:
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+@api.exception_handler(NinjaValidationError)
+def _invalid(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
+    from console.traces.uploads import UploadTooLarge, refused_message
+
+    refused = refused_message(request)
+    if refused:
+        # The size limit stopped the multipart parser, so the file never arrived: say why.
+        return _too_large(request, UploadTooLarge(refused))
+    details: dict[str, list[str]] = {}
+    for err in exc.errors:
+        details.setdefault(_field(err.get("loc", ())), []).append(str(err.get("msg", "invalid")))
+    summary = "; ".join(f"{k}: {' '.join(v)}" for k, v in list(details.items())[:5])
+    return error_response(request, 400, f"invalid request: {summary}", details)
+
+
+@api.exception_handler(DjangoValidationError)
+def _invalid_in_service(request: HttpRequest, exc: DjangoValidationError) -> HttpResponse:
+    if hasattr(exc, "error_dict"):
+        details = {k: [str(m) for e in v for m in e.messages] for k, v in exc.error_dict.items()}
+        summary = "; ".join(f"{k}: {' '.join(v)}" for k, v in details.items())
+        return error_response(request, 400, f"invalid request: {summary}", details)
+    return error_response(request, 400, "; ".join(exc.messages))
+
+
+@api.exception_handler(ApiError)
+def _api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
+    return error_response(request, exc.status, exc.message, exc.details)
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return error_response(request, 401, "authentication required: send 'Authorization: Bearer <token>'")
+
+
+@api.exception_handler(PermissionDenied)
+def _forbidden(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+    return error_response(request, 403, f"permission denied: {exc}" if str(exc) else "permission denied")
+
+
+@api.exception_handler(Http404)
+def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return error_response(request, 404, str(exc) or "not found")
+
+
+@api.exception_handler(Conflict)
+def _conflict(request: HttpRequest, exc: Conflict) -> HttpResponse:
+    return error_response(request, 409, str(exc))
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    return error_response(request, exc.status_code, str(exc))
+
+
+@api.exception_handler(DataError)
+def _unstorable(request: HttpRequest, exc: DataError) -> HttpResponse:
+    # The schemas bound what they can; a value that still does not fit a column is the client's input.
+    return error_response(request, 400, f"a value cannot be stored: {str(exc).splitlines()[0]}")
+
+
+def _too_large(request: HttpRequest, exc: Any) -> HttpResponse:
+    from console.traces.errors import TraceError, TraceImportError
+
+    message = str(exc)
+    details = TraceImportError([TraceError(None, None, message, "upload")]).as_dict()
+    return error_response(request, 413, message, details)
+
+
+def _register_late_handlers() -> None:
+    from console.decisions.models import FrozenDecisionError
+    from console.traces.uploads import UploadTooLarge
+
+    api.add_exception_handler(UploadTooLarge, _too_large)
+    api.add_exception_handler(
+        FrozenDecisionError, lambda request, exc: error_response(request, 409, str(exc))
+    )
+
+
+# --- URLs ---------------------------------------------------------------------------------------
+
+
+def _openapi_path(route: str) -> str:
+    return "/api/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route)
+
+
+def guarded_urls() -> list[URLPattern | URLResolver]:
+    """ninja's URL patterns, each wrapped so that a method the document does not list gets a JSON
+    405 (as every other error), a scalar query parameter sent twice a 400, and so that the role tests can read ``required_capabilities`` and
+    ``allowed_methods`` off each view, both taken from the document itself."""
+    _register_late_handlers()
+    doc = api.get_openapi_schema(path_prefix="/api/")
+    patterns, _, _ = api.urls
+    out: list[URLPattern | URLResolver] = [path("openapi.json", openapi_json, name="openapi")]
+    for pattern in patterns:
+        ops = doc["paths"].get(_openapi_path(str(pattern.pattern)))
+        if not isinstance(pattern, URLPattern) or ops is None:  # ninja's root placeholder
+            continue
+        out.append(
+            path(
+                str(pattern.pattern),
+                _method_guard(pattern.callback, ops),
+                name=pattern.name or str(pattern.pattern),
+            )
+        )
+    return out
+
+
+def _is_array(schema: dict[str, Any]) -> bool:
+    return schema.get("type") == "array" or any(_is_array(s) for s in schema.get("anyOf", []))
+
+
+def _method_guard(view: Callable, ops: dict[str, Any]) -> Callable:
+    allowed = tuple(m.upper() for m in ops)
+    # A scalar query parameter sent twice (?model=a&model=b) would otherwise be read as its last value.
+    scalars = {
+        m.upper(): [
+            p["name"]
+            for p in op.get("parameters", [])
+            if p["in"] == "query" and not _is_array(p.get("schema", {}))
+        ]
+        for m, op in ops.items()
+    }
+
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.method not in allowed:
+            response = JsonResponse({"error": f"method {request.method} not allowed"}, status=405)
+            response["Allow"] = ", ".join(allowed)
+            return response
+        repeated = [name for name in scalars[request.method] if len(request.GET.getlist(name)) > 1]
+        if repeated:
+            details = {name: ["given more than once: send one value"] for name in repeated}
+            message = f"invalid request: {', '.join(repeated)}: given more than once: send one value"
+            return JsonResponse({"error": message, "details": details}, status=400)
+        return view(request, *args, **kwargs)
+
+    guarded.csrf_exempt = True  # type: ignore[attr-defined]  # CSRF is the session scheme's job
+    guarded.allowed_methods = allowed  # type: ignore[attr-defined]
+    guarded.required_capabilities = {  # type: ignore[attr-defined]
+        m.upper(): op["x-permission"] for m, op in ops.items() if "x-permission" in op
+    }
+    return guarded
 
 
 def openapi_document() -> dict[str, Any]:
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "specreview API", "version": "1"},
-        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
-        "security": [{"bearer": []}],
-        "paths": dict(sorted(_OPERATIONS.items())),
-    }
+    """The document ``/api/openapi.json`` serves (for tests and tools that want it without HTTP)."""
+    return api.get_openapi_schema(path_prefix="/api/")
+
+
+@require_safe
+def openapi_json(request: HttpRequest) -> HttpResponse:
+    return JsonResponse(openapi_document())

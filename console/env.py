@@ -7,8 +7,11 @@ surfacing later as a strange runtime error.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 
@@ -73,6 +76,12 @@ def envsecret(name: str, default: str | None = None) -> str | None:
     return value or default
 
 
+# Writers wait up to 30 s for the lock, and every transaction takes the write lock when it
+# begins (BEGIN IMMEDIATE): a read-then-write transaction (signing) can then never be refused
+# half-way with "database is locked", it waits its turn and sees the winner's commit.
+SQLITE_OPTIONS = {"timeout": 30, "transaction_mode": "IMMEDIATE"}
+
+
 def envdatabase(name: str, default_sqlite: Path) -> dict:
     """DATABASE_URL as a Django DATABASES['default'] entry; a SQLite file when unset."""
     import dj_database_url
@@ -83,7 +92,7 @@ def envdatabase(name: str, default_sqlite: Path) -> dict:
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(default_sqlite),
-            "OPTIONS": {"timeout": 30},
+            "OPTIONS": dict(SQLITE_OPTIONS),
         }
     parsed = urlparse(value)
     if parsed.scheme not in {"postgres", "postgresql", "pgsql", "sqlite"}:
@@ -97,6 +106,8 @@ def envdatabase(name: str, default_sqlite: Path) -> dict:
         config = dj_database_url.parse(value, conn_max_age=60)
     except ValueError as exc:
         raise SettingsError(f"{name}={value!r} cannot be parsed: {exc}") from None
+    if parsed.scheme == "sqlite":
+        config["OPTIONS"] = {**SQLITE_OPTIONS, **(config.get("OPTIONS") or {})}
     return dict(config)
 
 
@@ -138,3 +149,152 @@ def secret_key_local(var_dir: Path) -> str:
     with os.fdopen(fd, "w") as fh:
         fh.write(key)
     return key
+
+
+_NAME = r"[A-Za-z0-9][A-Za-z0-9_.\-]*"
+_ENV_VAR = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def envcredentials(name: str) -> dict[str, dict[str, str]]:
+    """Named credentials the operator configured: ``name=ENV_VAR`` or ``name=@/path/to/file``.
+
+    Returns ``{credential_name: {"env": VAR} | {"file": path}}``: where each key lives, never
+    the key itself (the worker reads it when it sends a request, so a rotated file is picked up
+    and the console host needs none of them).
+    """
+    value = _raw(name)
+    out: dict[str, dict[str, str]] = {}
+    if value is None:
+        return out
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        key, sep, source = (s.strip() for s in item.partition("="))
+        if not sep or not re.fullmatch(_NAME, key):
+            raise SettingsError(f"{name}: {item!r} is not NAME=ENV_VAR or NAME=@/path/to/file")
+        if key in out:
+            raise SettingsError(f"{name}: credential {key!r} is named twice")
+        if source.startswith("@"):
+            path = source[1:]
+            if not Path(path).is_absolute():
+                raise SettingsError(f"{name}: credential {key!r} file {path!r} must be an absolute path")
+            out[key] = {"file": path}
+        elif re.fullmatch(_ENV_VAR, source):
+            out[key] = {"env": source}
+        else:
+            raise SettingsError(
+                f"{name}: credential {key!r} must name an environment variable or @/path/to/file, "
+                f"got {source!r}"
+            )
+    return out
+
+
+def envopenai_servers(name: str, *, credentials: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """The OpenAI-compatible servers an operator lets experiments reach.
+
+    JSON: ``{"prod-vllm": {"url": "https://vllm.internal:8000/v1", "credential": "prod-key"},
+    "local": "http://127.0.0.1:8000/v1"}`` (a bare string is a server without a key), or the
+    short form ``local=http://127.0.0.1:8000/v1,other=...`` for servers without keys. Returns
+    ``{server_name: {"url": url, "credential": name or ""}}``; a credential must be one of
+    ``credentials`` (SPECREVIEW_OPENAI_CREDENTIALS).
+    """
+    value = _raw(name)
+    if value is None:
+        return {}
+    data: Any
+    if not value.startswith(("{", "[")):
+        # The short form for servers without a key: NAME=URL,NAME=URL.
+        data = {}
+        for item in (part.strip() for part in value.split(",")):
+            key, sep, target = (s.strip() for s in item.partition("="))
+            if item and not sep:
+                raise SettingsError(f"{name}: {item!r} is not NAME=URL (or use the JSON form)")
+            if item and key in data:
+                raise SettingsError(f"{name}: server {key!r} is named twice")
+            if item:
+                data[key] = target
+    else:
+        try:
+            data = json.loads(value)
+        except ValueError as exc:
+            raise SettingsError(
+                f'{name} is not JSON ({exc}): use {{"NAME": "http://host:port/v1"}} or '
+                f'{{"NAME": {{"url": "...", "credential": "CREDENTIAL"}}}}'
+            ) from None
+    if not isinstance(data, dict):
+        raise SettingsError(f"{name} must be a JSON object of server names, got {type(data).__name__}")
+    out: dict[str, dict[str, str]] = {}
+    for key, entry in data.items():
+        if not re.fullmatch(_NAME, key):
+            raise SettingsError(f"{name}: {key!r} is not a server name (letters, digits, _ . -)")
+        if isinstance(entry, str):
+            entry = {"url": entry}
+        if not isinstance(entry, dict) or set(entry) - {"url", "credential"}:
+            raise SettingsError(f'{name}: server {key!r} must be a URL or {{"url": ..., "credential": ...}}')
+        url = entry.get("url")
+        if not isinstance(url, str):
+            raise SettingsError(f"{name}: server {key!r} needs an http(s) URL, got {url!r}")
+        parsed = urlparse(url)
+        if parsed.scheme not in {"http", "https"} or not parsed.hostname:
+            raise SettingsError(f"{name}: server {key!r} needs an http(s) URL, got {url!r}")
+        if parsed.username or parsed.password or parsed.query or parsed.fragment:
+            raise SettingsError(
+                f"{name}: server {key!r} URL must carry no user, password, query or fragment "
+                "(keys go in SPECREVIEW_OPENAI_CREDENTIALS)"
+            )
+        credential = entry.get("credential") or ""
+        if not isinstance(credential, str) or (credential and credential not in credentials):
+            raise SettingsError(
+                f"{name}: server {key!r} names credential {credential!r}, which "
+                f"SPECREVIEW_OPENAI_CREDENTIALS does not define"
+            )
+        out[key] = {"url": url.rstrip("/"), "credential": credential}
+    return out
+ENVIRONMENTS = ("development", "production")
+
+
+def envchoice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = _raw(name)
+    if value is None:
+        return default
+    if value not in choices:
+        raise SettingsError(f"{name}={value!r} is not one of: {', '.join(choices)}")
+    return value
+
+
+def secret_key_strong(name: str, value: str | None) -> str:
+    """Production's SECRET_KEY: set, long and random-looking, or start-up stops naming NAME.
+
+    The thresholds are Django's own (``check --deploy``, security.W009): at least 50 characters,
+    at least 5 distinct ones, and not a ``django-insecure-`` placeholder.
+    """
+    if value is None:
+        raise SettingsError(
+            f"SPECREVIEW_ENV=production needs {name} (or {name}_FILE): a random string of 50+ characters, "
+            "e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+        )
+    if len(value) < 50 or len(set(value)) < 5 or value.startswith("django-insecure-") or "change-me" in value:
+        raise SettingsError(
+            f"{name} is too weak for SPECREVIEW_ENV=production ({len(value)} characters, "
+            f"{len(set(value))} distinct): use 50+ random characters"
+        )
+    return value
+
+
+def envcache(name: str) -> dict:
+    """CACHE_URL (redis://HOST:6379/DB) as Django's CACHES['default']; local memory when unset.
+
+    The cache holds login-throttling counters: with several web processes it must be shared
+    (Redis), or each process counts failures on its own.
+    """
+    value = _raw(name)
+    if value is None:
+        return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "specreview"}
+    parsed = urlparse(value)
+    if parsed.scheme not in {"redis", "rediss", "unix"}:
+        raise SettingsError(f"{name}={value!r} is not a cache URL: use redis://HOST:6379/DB")
+    return {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": value,
+        "KEY_PREFIX": "specreview",
+    }

@@ -3,17 +3,45 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
-from console.env import envbool, envbroker, envdatabase, envint, envlist, envsecret, envstr, secret_key_local
+from django.core.exceptions import ImproperlyConfigured
+
+from console.env import (
+    ENVIRONMENTS,
+    SettingsError,
+    envbool,
+    envbroker,
+    envcache,
+    envchoice,
+    envcredentials,
+    envdatabase,
+    envint,
+    envlist,
+    envopenai_servers,
+    envsecret,
+    envstr,
+    secret_key_local,
+    secret_key_strong,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("SPECREVIEW_VAR_DIR", str(BASE_DIR / "var")))  # type: ignore[arg-type]
 
+# production: secure cookies, HSTS, SSL redirect, CSP, and no fallback secret key (docs/deploy.md).
+SPECREVIEW_ENV = envchoice("SPECREVIEW_ENV", "development", ENVIRONMENTS)
+PRODUCTION = SPECREVIEW_ENV == "production"
 DEBUG = envbool("DEBUG", False)
-SECRET_KEY = envsecret("SECRET_KEY") or secret_key_local(VAR_DIR)
-ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+if PRODUCTION and DEBUG:
+    raise SettingsError("DEBUG=true is refused with SPECREVIEW_ENV=production")
+SECRET_KEY = (
+    secret_key_strong("SECRET_KEY", envsecret("SECRET_KEY"))
+    if PRODUCTION
+    else envsecret("SECRET_KEY") or secret_key_local(VAR_DIR)
+)
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", [] if PRODUCTION else ["localhost", "127.0.0.1", "[::1]"])
+if PRODUCTION and not ALLOWED_HOSTS:
+    raise SettingsError("SPECREVIEW_ENV=production needs ALLOWED_HOSTS (comma-separated host names)")
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
@@ -42,6 +70,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "console.middleware.ContentSecurityPolicy",
     "console.accounts.middleware.LoginRequiredEverywhere",
 ]
 
@@ -66,12 +95,17 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": envdatabase("DATABASE_URL", VAR_DIR / "specreview.sqlite3")}
+CACHES = {"default": envcache("CACHE_URL")}
 EMBEDDED = DATABASES["default"]["ENGINE"].endswith("sqlite3")
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 8}},
 ]
 LOGIN_URL = "login"
+# Failed logins per username + client address before the form refuses further tries (console/accounts/throttle.py).
+SPECREVIEW_LOGIN_MAX_FAILURES = envint("SPECREVIEW_LOGIN_MAX_FAILURES", 5, minimum=1)
+SPECREVIEW_LOGIN_LOCKOUT_MINUTES = envint("SPECREVIEW_LOGIN_LOCKOUT_MINUTES", 15, minimum=1)
+SPECREVIEW_API_TOKEN_DAYS = envint("SPECREVIEW_API_TOKEN_DAYS", 90, minimum=1)
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
@@ -108,6 +142,28 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = envint("SPECREVIEW_RUN_SOFT_TIME_LIMIT", 6 * 3600, minimum=1)
 CELERY_TASK_TIME_LIMIT = envint("SPECREVIEW_RUN_TIME_LIMIT", 6 * 3600 + 300, minimum=1)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Redis hands an unacknowledged (acks_late) message to another worker after the visibility
+# timeout: it must outlast the longest run, or a second worker starts a run still going.
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT_OPTIONS.setdefault("visibility_timeout", CELERY_TASK_TIME_LIMIT + 3600)
+# A broker blip must not cancel a run in progress: its claim, not the message, says who runs it.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+
+# --- run lifecycle (console/experiments/runs.py) ---
+# A worker writes a heartbeat every SPECREVIEW_RUN_HEARTBEAT_S while it holds a run; the reaper
+# (every SPECREVIEW_REAP_EVERY_S) re-queues or fails a run silent for SPECREVIEW_RUN_STALE_AFTER_S.
+SPECREVIEW_RUN_HEARTBEAT_S = envint("SPECREVIEW_RUN_HEARTBEAT_S", 2, minimum=1)
+SPECREVIEW_RUN_STALE_AFTER_S = envint("SPECREVIEW_RUN_STALE_AFTER_S", 120, minimum=2)
+SPECREVIEW_REAP_EVERY_S = envint("SPECREVIEW_REAP_EVERY_S", 30, minimum=1)
+SPECREVIEW_RUN_MAX_ATTEMPTS = envint("SPECREVIEW_RUN_MAX_ATTEMPTS", 3, minimum=1)
+if SPECREVIEW_RUN_STALE_AFTER_S < 2 * SPECREVIEW_RUN_HEARTBEAT_S:
+    raise ImproperlyConfigured(
+        f"SPECREVIEW_RUN_STALE_AFTER_S={SPECREVIEW_RUN_STALE_AFTER_S} must be at least twice "
+        f"SPECREVIEW_RUN_HEARTBEAT_S={SPECREVIEW_RUN_HEARTBEAT_S}, or live runs would be reaped"
+    )
+CELERY_BEAT_SCHEDULE = {
+    "runs-reap": {"task": "workers.runs_reap", "schedule": float(SPECREVIEW_REAP_EVERY_S)},
+}
 
 # --- specreview ---
 SPECREVIEW_MODEL_CACHE = Path(
@@ -115,11 +171,21 @@ SPECREVIEW_MODEL_CACHE = Path(
 )
 SPECREVIEW_SHARED_DATA = Path(envstr("SPECREVIEW_SHARED_DATA", str(BASE_DIR.parent / "shared" / "data")))  # type: ignore[arg-type]
 SPECREVIEW_TRACE_MAX_BYTES = envint("SPECREVIEW_TRACE_MAX_BYTES", 200 * 1024 * 1024, minimum=1)
+# One line of a trace file (and one JSON array element, one CSV field); nesting depth of a request.
+SPECREVIEW_TRACE_MAX_LINE_BYTES = envint("SPECREVIEW_TRACE_MAX_LINE_BYTES", 16 * 1024 * 1024, minimum=1024)
+SPECREVIEW_TRACE_MAX_DEPTH = envint("SPECREVIEW_TRACE_MAX_DEPTH", 64, minimum=2)
 SPECREVIEW_MAX_TOKENS_CEILING = envint("SPECREVIEW_MAX_TOKENS_CEILING", 32768, minimum=1)
-SPECREVIEW_APPROVER_MAY_SIGN_OWN = envbool("SPECREVIEW_APPROVER_MAY_SIGN_OWN", False)
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+if envbool("SPECREVIEW_APPROVER_MAY_SIGN_OWN", False):
+    # Removed: separation of duties has no switch (docs/authorization.md). Fail rather than
+    # let an operator believe self-signing still works.
+    raise SettingsError(
+        "SPECREVIEW_APPROVER_MAY_SIGN_OWN was removed: a signer never drafts, edits or submits"
+    )
+# The only servers the openai engine may reach, and the keys they get (docs/engines.md).
+SPECREVIEW_OPENAI_CREDENTIALS = envcredentials("SPECREVIEW_OPENAI_CREDENTIALS")
+SPECREVIEW_OPENAI_SERVERS = envopenai_servers(
+    "SPECREVIEW_OPENAI_SERVERS", credentials=SPECREVIEW_OPENAI_CREDENTIALS
+)
 
 LOGGING = {
     "version": 1,
@@ -131,3 +197,24 @@ LOGGING = {
 if not DEBUG:
     SESSION_COOKIE_HTTPONLY = True
     X_FRAME_OPTIONS = "DENY"
+
+# Content-Security-Policy (console/middleware.py): every script is a static file, so no inline script runs.
+SPECREVIEW_CSP = envbool("SPECREVIEW_CSP", PRODUCTION)
+SPECREVIEW_CSP_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
+    "font-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", True)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # the container health check speaks plain HTTP on localhost
+    SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 365 * 24 * 3600, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", True)
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+    SECURE_REFERRER_POLICY = "same-origin"
+    # Only behind a proxy that sets X-Forwarded-Proto itself (and strips the client's): opt in.
+    if envbool("SPECREVIEW_BEHIND_TLS_PROXY", False):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

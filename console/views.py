@@ -3,8 +3,6 @@ from django.http import HttpRequest, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
-from console.api import openapi_document
-
 
 @require_safe
 def home(request: HttpRequest):
@@ -25,8 +23,3 @@ def healthz(request: HttpRequest):
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     return JsonResponse({"ok": True})
-
-
-@require_safe
-def openapi_json(request: HttpRequest):
-    return JsonResponse(openapi_document())

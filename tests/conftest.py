@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import time
@@ -13,6 +14,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("SPECREVIEW_SHARED_DATA", ROOT.parent / "shared" / "data"))
 PASSWORD = "correct-horse-battery"
+
+
+@pytest.fixture(autouse=True)
+def _cache_cleared():
+    """Each test starts with an empty cache: login and token throttling counters live there."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
 
 
 @pytest.fixture
@@ -82,6 +92,43 @@ def api_token_for():
     return make
 
 
+@pytest.fixture
+def wsgi_app(db):
+    """The project's WSGI handler, called in-process inside the test's transaction."""
+    from django.core.signals import request_started
+    from django.core.wsgi import get_wsgi_application
+    from django.db import close_old_connections
+
+    # The handler closes "old" connections at each request start; inside the test's transaction
+    # that would close the test's own connection (Django's test client disconnects it likewise).
+    request_started.disconnect(close_old_connections)
+    try:
+        yield get_wsgi_application()
+    finally:
+        request_started.connect(close_old_connections)
+
+
+@pytest.fixture
+def openai_register(settings):
+    """Register a local server (and optionally its credential) for one test, the way an
+    operator sets SPECREVIEW_OPENAI_SERVERS / SPECREVIEW_OPENAI_CREDENTIALS. Returns the
+    server's name; a worker started afterwards in the test sees the same registry."""
+    servers = dict(settings.SPECREVIEW_OPENAI_SERVERS)
+    credentials = dict(settings.SPECREVIEW_OPENAI_CREDENTIALS)
+
+    def register(url: str, *, name: str = "test", credential_env: str | None = None) -> str:
+        credential = ""
+        if credential_env:
+            credential = f"{name}-key"
+            credentials[credential] = {"env": credential_env}
+            settings.SPECREVIEW_OPENAI_CREDENTIALS = dict(credentials)
+        servers[name] = {"url": url.rstrip("/"), "credential": credential}
+        settings.SPECREVIEW_OPENAI_SERVERS = dict(servers)
+        return name
+
+    return register
+
+
 def _worker_env() -> dict:
     from django.conf import settings
     from django.db import connection
@@ -96,18 +143,26 @@ def _worker_env() -> dict:
     else:
         env["DATABASE_URL"] = f"sqlite:///{connection.settings_dict['NAME']}"
     env["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL
+    # The servers and credentials a test registered (openai_register), as an operator would.
+    env["SPECREVIEW_OPENAI_SERVERS"] = json.dumps(settings.SPECREVIEW_OPENAI_SERVERS)
+    env["SPECREVIEW_OPENAI_CREDENTIALS"] = ",".join(
+        f"{name}={source['env']}" if "env" in source else f"{name}=@{source['file']}"
+        for name, source in settings.SPECREVIEW_OPENAI_CREDENTIALS.items()
+    )
     return env
 
 
 @contextlib.contextmanager
-def _worker_start(log: Path):
-    """A real `celery worker` subprocess on the real broker, reading the test database."""
+def _worker_start(log: Path, *, env: dict | None = None):
+    """A real `celery worker` subprocess on the real broker, reading the test database.
+
+    ``env`` overrides the worker's environment (e.g. another broker, a faster heartbeat)."""
     from workers.embedded import worker_argv
 
     proc = subprocess.Popen(
         worker_argv(name=f"test-{os.getpid()}-{time.monotonic_ns()}"),
         cwd=ROOT,
-        env=_worker_env(),
+        env={**_worker_env(), **(env or {})},
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
     )
@@ -155,3 +210,33 @@ def wait_for(predicate, *, timeout: float, interval: float = 0.2, what: str = "c
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def processes_matching(fragment: str) -> list[int]:
+    """Pids of live processes whose command line contains ``fragment`` (Linux /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = next(
+                (line for line in (entry / "status").read_text().splitlines() if line.startswith("State:")),
+                "",
+            )
+        except OSError:
+            continue
+        if fragment in cmdline and "zombie" not in state:
+            pids.append(int(entry.name))
+    return pids
+
+
+@contextlib.contextmanager
+def killed_on_exit(proc: subprocess.Popen):
+    """Kill ``proc`` if it is still running when the block ends (a failed or timed-out wait)."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

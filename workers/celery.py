@@ -1,8 +1,9 @@
-"""The Celery app: two queues, one per kind of host.
+"""The Celery app: two run queues, one per kind of host, and one for housekeeping.
 
-``cpu`` workers run the hf engine and housekeeping; ``gpu`` workers run one engine per
-accelerator (``--concurrency 1 --prefetch-multiplier 1``, solo or threads pool since vLLM
-spawns its own engine process).
+``cpu`` workers run the hf engine; ``gpu`` workers run one engine per accelerator
+(``--concurrency 1 --prefetch-multiplier 1``, solo or threads pool since vLLM spawns its own
+engine process). ``housekeeping`` carries the periodic reaper, sent by Celery beat: it has
+its own worker so that it never waits behind a six-hour run.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
 app = Celery("specreview")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.task_queues = (Queue("cpu"), Queue("gpu"))
+app.conf.task_queues = (Queue("cpu"), Queue("gpu"), Queue("housekeeping"))
 app.conf.task_default_queue = "cpu"
+app.conf.task_routes = {"workers.runs_reap": {"queue": "housekeeping"}}  # beat: CELERY_BEAT_SCHEDULE
 app.conf.worker_prefetch_multiplier = 1
 app.conf.task_track_started = True
 app.conf.broker_transport_options = {

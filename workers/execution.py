@@ -1,42 +1,72 @@
 """Execute one run: claim it, start its engine, replay the trace, store what a user saw.
 
-Called by the thin ``execute_run`` task. Idempotent: the claim is a conditional UPDATE
-(queued -> running), and a run's old rows are deleted before new ones are written, so a
-retried run replaces its results and never mixes with them.
+Called by the thin ``execute_run`` task; the run's life (claim, heartbeat, finish, fail)
+is ``console/experiments/runs.py``. From the claim on, a heartbeat thread keeps the claim
+alive (and learns of a cancel or a lost claim); every way out of here ends the run
+``done``, ``failed`` (with the reason), ``cancelled`` or back in ``queued`` for a retry,
+unless the claim was lost, in which case nothing is written.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
+import threading
+import time
 import traceback
+from collections.abc import Iterator
+from typing import Any
 
-from django.db import connection, transaction
-from django.utils import timezone
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
-from console.analysis.models import RequestResult, RunSummary, RunTelemetry
+from console.analysis.models import RequestResult
+from console.experiments.matrix import output_buckets_parse, recorded_output_tokens
 from console.experiments.models import Experiment, Run
-from console.experiments.services import experiment_status_refresh, run_claim, run_progress_record
+from console.experiments.runs import run_cancel, run_claim, run_fail, run_finish, run_heartbeat, run_update
 from console.traces.models import TraceRequest
 from workers.engines import EngineConfig, EngineError, EngineRequest, engine_create
+from workers.engines.redaction import text_scrub
+from workers.engines.servers import credential_values
 from workers.hardware import hardware_describe
-from workers.replay import RequestSpec, replay_run
+from workers.replay import ReplayResult, RequestSpec, replay_run
 
 log = logging.getLogger(__name__)
-BULK_BATCH = 2000
+WRITE_TRIES = 2  # a results write that lost its database connection is tried once more
 
 
-def run_requests(*, experiment: Experiment) -> list[tuple[TraceRequest, EngineRequest]]:
-    """The requests every arm replays: the same ids, arrivals, prompts, limits and seeds."""
+def run_requests(*, experiment: Experiment, bucket: str = "") -> list[tuple[TraceRequest, EngineRequest]]:
+    """The requests every arm replays: the same ids, arrivals, prompts, limits and seeds.
+
+    ``bucket``: a run's output-length bucket label (``Run.output_bucket``): only the requests whose
+    recorded output length is in it, ``max_tokens`` capped at its limit; empty = every request.
+
+    A later turn of a session holds only its new message: the replay puts the conversation
+    before it (that arm's own earlier answers), so the arms' requests differ from turn 1 on.
+    Splits keep sessions whole, so filtering by split never cuts a conversation."""
     qs = TraceRequest.objects.filter(trace_id=experiment.trace_id).order_by("position")
     if experiment.split != "all":
         qs = qs.filter(split=experiment.split)
+    chosen = None
+    if bucket:
+        buckets = output_buckets_parse(experiment.output_buckets)
+        chosen = next((b for b in buckets if b.label == bucket), None)
+        if chosen is None:
+            raise ValueError(f"the run's output bucket {bucket!r} is not one of the experiment's")
     out = []
     for tr in qs:
+        if chosen is not None and not chosen.contains(
+            recorded_output_tokens(max_tokens=tr.max_tokens, metadata=tr.metadata)
+        ):
+            continue
         max_tokens = tr.max_tokens
         if experiment.output_limit:
             max_tokens = min(max_tokens, experiment.output_limit)
+        if chosen is not None:
+            max_tokens = min(max_tokens, chosen.output_limit)
         greedy = experiment.sampling == "greedy"
         out.append(
             (
@@ -69,20 +99,111 @@ def _validity(record_text: str, tr: TraceRequest) -> dict:
     }
 
 
+class Heartbeat:
+    """Beats for one claim from its own thread (and database connection) every
+    ``interval_s`` seconds, carrying the replay's progress; remembers a cancel or a loss."""
+
+    def __init__(self, *, run_id: int, token: str, interval_s: float):
+        self.run_id, self.token, self.interval_s = run_id, token, interval_s
+        self.done: int | None = None
+        self.total: int | None = None
+        self.state = "ok"  # "ok" | "cancel" | "lost"
+        self.stop_requested = threading.Event()  # the replay's cancel: set on "cancel" or "lost"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-run-{run_id}", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.beat()
+        connection.close()
+
+    def beat(self) -> str:
+        try:
+            state = run_heartbeat(run_id=self.run_id, token=self.token, done=self.done, total=self.total)
+        except DatabaseError:
+            # A database hiccup: beat again next time; the reaper waits far longer than one beat.
+            log.exception("run %s: heartbeat failed", self.run_id)
+            connection.close()
+            return self.state
+        if self.state != "lost":
+            self.state = state
+        if self.state != "ok":
+            self.stop_requested.set()
+        return self.state
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Heartbeat]:
+        self._thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            self._thread.join(timeout=self.interval_s + 30)
+
+
 def run_execute(*, run_id: int) -> str:
     """Run one arm at one load level. Returns the final status ("done", "failed", "cancelled",
-    or "skipped" when there was nothing to claim). Raises EngineError only when transient, so
-    the task can retry after the run was put back to ``queued``."""
-    if not run_claim(run_id=run_id, worker=socket.gethostname()):
+    "lost" when another attempt holds the run now, or "skipped" when there was nothing to
+    claim). Raises EngineError only when transient, after the run was put back to
+    ``queued``, so that the task can retry."""
+    token = run_claim(run_id=run_id, worker=socket.gethostname())
+    if token is None:
         return "skipped"
+    heartbeat = Heartbeat(run_id=run_id, token=token, interval_s=settings.SPECREVIEW_RUN_HEARTBEAT_S)
+    with heartbeat.running():
+        try:
+            return _execute_claimed(run_id=run_id, token=token, heartbeat=heartbeat)
+        except EngineError:
+            raise
+        except SoftTimeLimitExceeded:
+            return _fail(
+                run_id,
+                token,
+                f"stopped at the soft time limit ({settings.CELERY_TASK_SOFT_TIME_LIMIT} s); "
+                "raise SPECREVIEW_RUN_SOFT_TIME_LIMIT or shorten the trace",
+            )
+        except Exception as exc:  # the user must see why; the traceback goes to the worker log
+            log.exception("run %s failed", run_id)
+            return _fail(run_id, token, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
+
+
+def _fail(run_id: int, token: str, message: str, *, retry: bool = False) -> str:
+    _connection_reset()
+    # Viewers read run errors: whatever an engine or server said goes in scrubbed of keys.
+    message = text_scrub(message, limit=4000)
+    if not run_fail(run_id=run_id, token=token, message=message, retry=retry):
+        log.warning("run %s: claim lost; nothing written", run_id)
+        return "lost"
+    return "queued" if retry else "failed"
+
+
+def _connection_reset() -> None:
+    """Drop this thread's database connection if it broke, so the next query reconnects."""
+    if connection.in_atomic_block:  # a caller's own transaction (a test's): not ours to end
+        return
+    try:
+        if connection.connection is not None and not connection.is_usable():
+            connection.close()
+    except DatabaseError:
+        connection.close()
+
+
+def _execute_claimed(*, run_id: int, token: str, heartbeat: Heartbeat) -> str:
     run = Run.objects.select_related("experiment", "arm__config").get(pk=run_id)
     experiment = run.experiment
     config = run.arm.config
-    _clear_results(run_id)
-    pairs = run_requests(experiment=experiment)
-    Run.objects.filter(pk=run_id).update(
-        progress_total=len(pairs), hardware=hardware_describe(), config_hash=config.content_hash
+    pairs = run_requests(experiment=experiment, bucket=run.output_bucket)
+    heartbeat.total = len(pairs)
+    hardware = hardware_describe()
+    run_update(
+        run_id=run_id,
+        token=token,
+        progress_total=len(pairs),
+        hardware=hardware,
+        config_hash=config.content_hash,
     )
+    # The run's own time limit, counted from the claim, enforced by the replay.
+    deadline = time.perf_counter() + settings.CELERY_TASK_SOFT_TIME_LIMIT
     engine = None
     try:
         engine = engine_create(config.engine)
@@ -94,26 +215,27 @@ def run_execute(*, run_id: int) -> str:
                 speculative_config=config.speculative_config,
             )
         )
-        Run.objects.filter(pk=run_id).update(versions=engine.versions())
-        by_key = {tr.pk: tr for tr, _ in pairs}
-        specs = [RequestSpec(request=req, arrival_s=tr.arrival_s, key=tr.pk) for tr, req in pairs]
-        stop_requested = {"flag": False}
+        if heartbeat.beat() == "lost":
+            return "lost"
+        # The number format an engine chose for this machine, and why (hf: workers/dtype.py).
+        dtype_choice = getattr(engine, "dtype_choice", None)
+        choice = dtype_choice() if callable(dtype_choice) else None
+        extra = {"hardware": {**hardware, "dtype": choice}} if choice else {}
+        run_update(run_id=run_id, token=token, versions=engine.versions(), **extra)
+        specs = [
+            RequestSpec(
+                request=req,
+                arrival_s=tr.arrival_s,
+                key=tr.pk,
+                session_id=tr.session_id or tr.request_id,
+                turn=tr.turn,
+                think_time_s=tr.think_time_s,
+            )
+            for tr, req in pairs
+        ]
 
-        # Both run in the replay's worker threads: each thread has its own database connection,
-        # closed after use so a long replay does not leave connections behind.
         def progress(done: int, total: int) -> None:
-            try:
-                stop_requested["flag"] = run_progress_record(run_id=run_id, done=done, total=total)
-            finally:
-                connection.close()
-
-        def cancel() -> bool:
-            if stop_requested["flag"]:
-                return True
-            try:
-                return Run.objects.filter(pk=run_id, cancel_requested=True).exists()
-            finally:
-                connection.close()
+            heartbeat.done, heartbeat.total = done, total
 
         result = asyncio.run(
             replay_run(
@@ -123,19 +245,16 @@ def run_execute(*, run_id: int) -> str:
                 concurrency_cap=run.concurrency_cap,
                 warmup=experiment.warmup,
                 progress=progress,
-                cancel=cancel,
+                cancel=heartbeat.stop_requested,
+                deadline=deadline,
             )
         )
     except EngineError as exc:
-        if exc.transient and run.attempt < 3:
-            Run.objects.filter(pk=run_id, status=Run.Status.RUNNING).update(
-                status=Run.Status.QUEUED, error=f"retrying: {exc}"
-            )
-            raise
-        return _finish_failed(run_id, str(exc))
-    except Exception as exc:  # the user must see why; the traceback goes to the worker log
-        log.exception("run %s failed", run_id)
-        return _finish_failed(run_id, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
+        if exc.transient and run.attempt < settings.SPECREVIEW_RUN_MAX_ATTEMPTS:
+            if _fail(run_id, token, str(exc), retry=True) == "queued":
+                raise
+            return "lost"
+        return _fail(run_id, token, str(exc))
     finally:
         if engine is not None:
             try:
@@ -143,70 +262,103 @@ def run_execute(*, run_id: int) -> str:
             except Exception:
                 log.exception("run %s: engine stop failed", run_id)
 
+    if heartbeat.state == "lost":
+        log.warning("run %s: claim lost during the replay; nothing written", run_id)
+        return "lost"
+    if result.deadline_exceeded:
+        return _fail(
+            run_id,
+            token,
+            f"stopped at the run's time limit ({settings.CELERY_TASK_SOFT_TIME_LIMIT} s); "
+            "raise SPECREVIEW_RUN_SOFT_TIME_LIMIT or shorten the trace",
+        )
     if result.cancelled:
-        _clear_results(run_id)
-        Run.objects.filter(pk=run_id).update(status=Run.Status.CANCELLED, finished_at=timezone.now())
-        experiment_status_refresh(experiment_id=experiment.pk)
-        return "cancelled"
+        return "cancelled" if run_cancel(run_id=run_id, token=token) else "lost"
+    measured = [r for r in result.records if r.status != "not_sent"]
+    failed = [r for r in result.records if r.error]  # later turns not sent after a failure among them
+    if measured and all(r.error for r in measured):
+        # An engine that failed every request measured nothing: say what it said.
+        return _fail(
+            run_id,
+            token,
+            f"the engine failed every request ({len(failed)} of {len(result.records)}); "
+            f"first error: {failed[0].error}",
+        )
+    return _results_store(run_id=run_id, token=token, pairs=pairs, result=result, failed=len(failed))
 
-    with transaction.atomic():
-        _clear_results(run_id)
-        rows = []
-        for record in result.records:
-            tr = by_key[record.key]
-            rows.append(
-                RequestResult(
-                    run_id=run_id,
-                    trace_request_id=tr.pk,
-                    **record.as_row(),
-                    **_validity(record.output_text, tr),
-                )
+
+def _results_store(*, run_id: int, token: str, pairs: list, result: ReplayResult, failed: int) -> str:
+    by_key = {tr.pk: tr for tr, _ in pairs}
+    secrets = credential_values()  # read once: per-request errors are scrubbed like run errors
+    tele = result.telemetry or {}
+    telemetry = {
+        "peak_memory_bytes": tele.get("peak_rss_bytes") or tele.get("peak_memory_bytes"),
+        "gpu_peak_memory_bytes": tele.get("gpu_peak_memory_bytes"),
+        "mean_util": tele.get("mean_util"),
+        "energy_j": tele.get("energy_j"),
+        "cpu_time_s": tele.get("cpu_time_s"),
+        # The KV-cache summary rides in the counters' JSON (RunTelemetry.counters["kv"]).
+        "counters": {**result.counters_delta, **({"kv": tele["kv"]} if tele.get("kv") else {})},
+        "samples": tele.get("samples", []),
+    }
+    if not run_update(run_id=run_id, token=token, prompt_tokens=_prompt_tokens(result.records, by_key)):
+        log.warning("run %s: claim lost before the results were stored; nothing written", run_id)
+        return "lost"
+    for attempt in range(1, WRITE_TRIES + 1):
+        rows = [
+            RequestResult(
+                run_id=run_id,
+                trace_request_id=by_key[record.key].pk,
+                **_row_scrubbed(record.as_row(), secrets),
+                **_validity(record.output_text, by_key[record.key]),
             )
-        RequestResult.objects.bulk_create(rows, batch_size=BULK_BATCH)
-        tele = result.telemetry or {}
-        RunTelemetry.objects.create(
-            run_id=run_id,
-            peak_memory_bytes=tele.get("peak_rss_bytes") or tele.get("peak_memory_bytes"),
-            gpu_peak_memory_bytes=tele.get("gpu_peak_memory_bytes"),
-            mean_util=tele.get("mean_util"),
-            energy_j=tele.get("energy_j"),
-            cpu_time_s=tele.get("cpu_time_s"),
-            counters=result.counters_delta,
-            samples=tele.get("samples", []),
-        )
-        failed = sum(1 for r in result.records if r.error)
-        Run.objects.filter(pk=run_id).update(
-            status=Run.Status.DONE,
-            finished_at=timezone.now(),
-            wall_s=result.wall_s,
-            progress_done=len(result.records),
-            error=f"{failed} of {len(result.records)} requests failed" if failed else "",
-        )
-    experiment_status_refresh(experiment_id=experiment.pk)
-    return "done"
+            for record in result.records
+        ]
+        try:
+            written = run_finish(
+                run_id=run_id,
+                token=token,
+                rows=rows,
+                telemetry=telemetry,
+                wall_s=result.wall_s,
+                error=f"{failed} of {len(result.records)} requests failed" if failed else "",
+            )
+        except (OperationalError, InterfaceError) as exc:
+            log.warning(
+                "run %s: results write lost its database connection (try %d): %s", run_id, attempt, exc
+            )
+            _connection_reset()
+            if attempt == WRITE_TRIES:
+                return _fail(
+                    run_id,
+                    token,
+                    f"the database connection was lost while storing the results ({attempt} tries): "
+                    f"{type(exc).__name__}: {exc}; retry the run",
+                )
+            continue
+        if not written:
+            log.warning("run %s: claim lost before the results were stored; nothing written", run_id)
+            return "lost"
+        return "done"
+    raise AssertionError("unreachable")
 
 
-def _clear_results(run_id: int) -> None:
-    RequestResult.objects.filter(run_id=run_id).delete()
-    RunTelemetry.objects.filter(run_id=run_id).delete()
-    RunSummary.objects.filter(run_id=run_id).delete()
+def _prompt_tokens(records: list, by_key: dict) -> dict[str, dict[str, Any]]:
+    """Per request id, the prompt length in tokens as the engine counted it, else the trace's count.
+
+    The engine's count is the prompt actually sent (after the chat template, with tools); the
+    trace's is its import-time count (a tokenizer's, or the characters/4 estimate), marked so.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for record in records:
+        if record.prompt_tokens is not None:
+            out[record.request_id] = {"n": record.prompt_tokens, "source": "engine"}
+        else:
+            out[record.request_id] = {"n": by_key[record.key].prompt_tokens, "source": "trace"}
+    return out
 
 
-def _finish_failed(run_id: int, message: str) -> str:
-    _clear_results(run_id)
-    run = Run.objects.get(pk=run_id)
-    Run.objects.filter(pk=run_id).update(
-        status=Run.Status.FAILED, error=message[:4000], finished_at=timezone.now()
-    )
-    experiment_status_refresh(experiment_id=run.experiment_id)
-    return "failed"
-
-
-def run_fail_if_stuck(*, run_id: int, message: str) -> None:
-    """Mark a run failed if it is still ``running`` (a worker lost it or a time limit hit)."""
-    Run.objects.filter(pk=run_id, status=Run.Status.RUNNING).update(
-        status=Run.Status.FAILED, error=message, finished_at=timezone.now()
-    )
-    run = Run.objects.filter(pk=run_id).first()
-    if run:
-        experiment_status_refresh(experiment_id=run.experiment_id)
+def _row_scrubbed(row: dict, secrets: list[str]) -> dict:
+    if row["error"]:
+        row["error"] = text_scrub(row["error"], secrets=secrets)
+    return row

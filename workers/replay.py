@@ -7,6 +7,13 @@ must not hide, so the scheduler sleeps until shortly before each send time, then
 to the loop (``asyncio.sleep(0)``) until the time is reached, and every record keeps both
 its scheduled and its actual send time.
 
+Sessions (multi-turn conversations): a session's first turn is scheduled open-loop like any
+request; turn k + 1 is closed-loop within its session: it is sent ``think_time_s`` after turn
+k's answer finished (not scaled by the rate multiplier: think time is the user's, not the
+load's), with turn k as it was sent and this replay's own answer to it before its new
+message. If turn k did not finish ``ok``, the session's later turns are not sent
+(``not_sent``, with the reason in ``error``).
+
 With a concurrency cap, requests beyond the cap wait client-side in arrival order and
 their wait is recorded as ``queue_s``. Warm-up requests (copies of the first requests,
 sent one at a time) run before the window opens and are not in the results.
@@ -34,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workers.engines.base import Engine, EngineError, EngineRequest
-from workers.telemetry import TelemetrySampler, hardware_describe
+from workers.telemetry import KvSampler, TelemetrySampler, hardware_describe
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +64,9 @@ class RequestSpec:
     request: EngineRequest
     arrival_s: float
     key: Any = None  # carried into the record untouched (e.g. the TraceRequest's primary key)
+    session_id: str | None = None  # the turns of one conversation share it; None: a lone request
+    turn: int = 0  # 0-based; a later turn ignores arrival_s and follows its previous turn
+    think_time_s: float = 0.0  # seconds after the previous turn's answer finished (turn > 0)
 
 
 @dataclass
@@ -64,13 +74,17 @@ class RequestRecord:
     """What happened to one request. Seconds from the replay start; counts in tokens.
 
     ``status`` is ``ok``, ``failed`` (``error`` says why), ``cancelled`` (in flight when the
-    replay was cancelled) or ``not_sent`` (due after the cancellation).
+    replay was cancelled) or ``not_sent`` (due after the cancellation, or a later turn of a
+    session whose previous turn did not finish: ``error`` says which). A later turn's
+    ``scheduled_s`` is its previous turn's ``finish_s`` plus its think time.
     """
 
     request_id: str
     index: int
     scheduled_s: float
     key: Any = None
+    session_id: str | None = None
+    turn: int = 0
     sent_s: float | None = None
     first_token_s: float | None = None
     finish_s: float | None = None
@@ -82,6 +96,11 @@ class RequestRecord:
     finish_reason: str | None = None
     drafted: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
+    # A server's per-request totals when it sent no steps (``{"drafts", "draft_tokens", "accepted"}``).
+    spec_totals: dict[str, int] | None = None
+    # The engine's count of the prompt it sent (chat template, tools, system prompt included);
+    # None when the engine could not tell (the store then falls back to the trace's count).
+    prompt_tokens: int | None = None
     error: str = ""
     error_transient: bool = False
     status: str = "pending"
@@ -115,6 +134,7 @@ class RequestRecord:
             "finish_reason": self.finish_reason,
             "drafted": self.drafted,
             "accepted": self.accepted,
+            "spec_totals": self.spec_totals,
             "error": self.error,
         }
 
@@ -138,6 +158,7 @@ class ReplayResult:
     telemetry: dict[str, Any]
     versions: dict[str, str]  # the engine's and its libraries' versions
     hardware: dict[str, Any]  # CPU model and count, memory, GPUs (see telemetry.hardware_describe)
+    deadline_exceeded: bool = False  # stopped (cancelled) because the run's deadline passed
 
     @property
     def failed(self) -> list[RequestRecord]:
@@ -290,8 +311,14 @@ async def _consume(*, engine: Engine, request: EngineRequest, record: RequestRec
             if chunk.drafted is not None:
                 record.drafted.append(chunk.drafted)
                 record.accepted.append(chunk.accepted or 0)
+            totals = getattr(chunk, "spec_totals", None)
+            if totals is not None:
+                record.spec_totals = dict(totals)
             if chunk.finish_reason:
                 record.finish_reason = chunk.finish_reason
+            prompt_tokens = getattr(chunk, "prompt_tokens", None)
+            if prompt_tokens is not None:
+                record.prompt_tokens = int(prompt_tokens)
         record.status = "ok"
     except asyncio.CancelledError:
         record.status, record.error = "cancelled", "cancelled while in flight"
@@ -317,6 +344,44 @@ async def _warm_up(
         await _consume(engine=engine, request=request, record=record, start=time.perf_counter())
         if record.status == "failed":
             raise EngineError(f"warm-up request failed: {record.error}", transient=record.error_transient)
+
+
+def turn_request(*, previous: EngineRequest, answer: str, request: EngineRequest) -> EngineRequest:
+    """A later turn as sent: the previous turn as it was sent, this replay's ``answer`` to it (an
+    assistant message), then the later turn's own new message(s). Text prompts (completions API)
+    are joined as text; a mix becomes chat messages."""
+    if previous.messages is None and request.messages is None:
+        return dataclasses.replace(request, prompt=(previous.prompt or "") + answer + (request.prompt or ""))
+    history = previous.messages or [{"role": "user", "content": previous.prompt or ""}]
+    new = request.messages or [{"role": "user", "content": request.prompt or ""}]
+    messages = [*history, {"role": "assistant", "content": answer}, *new]
+    return dataclasses.replace(request, prompt=None, messages=messages)
+
+
+def _next_turns(specs: Sequence[RequestSpec]) -> dict[int, int]:
+    """Index of each session turn -> index of the same session's next turn; ValueError unless
+    every session's turns are 0, 1, 2, ... once each, with finite think times >= 0."""
+    sessions: dict[str, dict[int, int]] = {}
+    for i, spec in enumerate(specs):
+        if spec.session_id is None:
+            if spec.turn:
+                raise ValueError(f"request {spec.request.request_id}: turn {spec.turn} without a session")
+            continue
+        turns = sessions.setdefault(spec.session_id, {})
+        if spec.turn in turns:
+            raise ValueError(f"session {spec.session_id!r}: turn {spec.turn} appears twice")
+        if not (spec.think_time_s >= 0 and math.isfinite(spec.think_time_s)):
+            raise ValueError(
+                f"request {spec.request.request_id}: think_time_s must be >= 0, got {spec.think_time_s!r}"
+            )
+        turns[spec.turn] = i
+    out: dict[int, int] = {}
+    for session_id, turns in sessions.items():
+        if sorted(turns) != list(range(len(turns))):
+            raise ValueError(f"session {session_id!r}: turns must be 0, 1, 2, ... without a gap, got {sorted(turns)}")
+        for turn in range(len(turns) - 1):
+            out[turns[turn]] = turns[turn + 1]
+    return out
 
 
 def _validate(*, specs: Sequence[RequestSpec], rate_multiplier: float, concurrency_cap: int | None) -> None:
@@ -346,6 +411,7 @@ async def replay_run(
     progress: ProgressCallback | None = None,
     cancel: CancelCheck | None = None,
     telemetry: bool = True,
+    deadline: float | None = None,
 ) -> ReplayResult:
     """Replay ``specs`` open-loop against a started engine and record every request.
 
@@ -355,13 +421,24 @@ async def replay_run(
     sent, requests in flight are cancelled, and the result has ``cancelled=True``.
     A request that fails is recorded with ``status="failed"``; only a failing warm-up
     raises (EngineError), since then the engine cannot serve at all.
+
+    ``deadline`` (a ``time.perf_counter()`` value) is the run's own time limit, enforced
+    here rather than by the worker pool (a solo pool ignores Celery's limits): past it the
+    replay stops as if cancelled, with ``deadline_exceeded=True``.
     """
+    deadline_hit = False
     _validate(specs=specs, rate_multiplier=rate_multiplier, concurrency_cap=concurrency_cap)
+    next_turn = _next_turns(specs)  # before the warm-up: a bad session is refused at once
     await _warm_up(engine=engine, specs=specs, count=warmup, cancel=cancel)
     counters_before = engine.counters()
     sampler = TelemetrySampler() if telemetry else None
     if sampler:
         sampler.start()
+    # Engines that preallocate a KV cache (vLLM, in process or behind /metrics) say how full it is.
+    kv_read = getattr(engine, "kv_state", None) if telemetry else None
+    kv_sampler = KvSampler(read=kv_read) if kv_read is not None else None
+    if kv_sampler:
+        kv_sampler.start()
 
     stop = asyncio.Event()
     if await _cancel_requested(cancel):
@@ -369,13 +446,16 @@ async def replay_run(
     semaphore = asyncio.Semaphore(concurrency_cap) if concurrency_cap else None
     total = len(specs)
     done = 0
-    order = sorted(range(total), key=lambda i: specs[i].arrival_s)
+    # Open loop: first turns (and lone requests) at their arrivals; later turns follow their previous.
+    order = sorted((i for i in range(total) if not specs[i].turn), key=lambda i: specs[i].arrival_s)
     records = [
         RequestRecord(
             request_id=s.request.request_id,
             index=i,
             key=s.key,
             scheduled_s=s.arrival_s / rate_multiplier,
+            session_id=s.session_id,
+            turn=s.turn,
         )
         for i, s in enumerate(specs)
     ]
@@ -387,12 +467,12 @@ async def replay_run(
     started_at = dt.datetime.now(dt.UTC)
     start = time.perf_counter()
 
-    async def one(index: int) -> None:
+    async def one(index: int, request: EngineRequest) -> None:
         nonlocal done
         record = records[index]
         try:
             if semaphore is None:
-                await _consume(engine=engine, request=specs[index].request, record=record, start=start)
+                await _consume(engine=engine, request=request, record=record, start=start)
             else:
                 queued = time.perf_counter()
                 async with semaphore:
@@ -400,18 +480,46 @@ async def replay_run(
                     if stop.is_set():
                         record.status = "not_sent"
                         return
-                    await _consume(engine=engine, request=specs[index].request, record=record, start=start)
+                    await _consume(engine=engine, request=request, record=record, start=start)
         finally:
             done += 1
+            if index in next_turn:
+                follow(index, request)
 
     tasks: list[asyncio.Task[None]] = []
+
+    def follow(index: int, request: EngineRequest) -> None:
+        """Schedule the session's next turn after this one's answer, or record why it is not sent."""
+        nonlocal done
+        record, following = records[index], next_turn[index]
+        if record.status in ("failed", "cancelled"):
+            reason = f"not sent: turn {record.turn} of session {record.session_id!r} was {record.status}"
+            if record.status == "failed":
+                reason += f" ({record.error})"
+            later: int | None = following
+            while later is not None:
+                records[later].status, records[later].error = "not_sent", reason
+                done += 1
+                later = next_turn.get(later)
+            return
+        if record.status != "ok" or stop.is_set():
+            return  # stays pending: not_sent, like everything due after a cancellation
+        assert record.finish_s is not None
+        records[following].scheduled_s = record.finish_s + specs[following].think_time_s
+        sent = turn_request(previous=request, answer=record.output_text, request=specs[following].request)
+        tasks.append(asyncio.create_task(later_turn(following, sent)))
+
+    async def later_turn(index: int, request: EngineRequest) -> None:
+        await _sleep_until(start + records[index].scheduled_s, stop=stop)
+        if not stop.is_set():
+            await one(index, request)
 
     async def schedule() -> None:
         for index in order:
             await _sleep_until(start + records[index].scheduled_s, stop=stop)
             if stop.is_set():
                 return
-            tasks.append(asyncio.create_task(one(index)))
+            tasks.append(asyncio.create_task(one(index, specs[index].request)))
         # Wait for the stragglers here so that the ticker below can stop us while they run.
         while tasks and not stop.is_set():
             pending = [t for t in tasks if not t.done()]
@@ -420,9 +528,13 @@ async def replay_run(
             await asyncio.wait(pending, timeout=TICK_S)
 
     async def tick() -> None:
+        nonlocal deadline_hit
         last_report = time.perf_counter()
         while True:
             await asyncio.sleep(TICK_S)
+            if deadline is not None and not stop.is_set() and time.perf_counter() >= deadline:
+                deadline_hit = True
+                stop.set()
             if not stop.is_set() and await _cancel_requested(cancel):
                 stop.set()
             if progress and time.perf_counter() - last_report >= 1.0:
@@ -444,6 +556,10 @@ async def replay_run(
         if previous_slice is not None:
             sched_slice_set(slice_s=previous_slice)
         telemetry_summary = sampler.stop() if sampler else {}
+        if kv_sampler:
+            kv = kv_sampler.stop()
+            if kv:
+                telemetry_summary["kv"] = kv
         aclose = getattr(engine, "aclose", None)
         if aclose is not None:
             await aclose()
@@ -468,6 +584,7 @@ async def replay_run(
         telemetry=telemetry_summary,
         versions=engine.versions(),
         hardware=hardware_describe(),
+        deadline_exceeded=deadline_hit,
     )
 
 

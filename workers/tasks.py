@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from celery import shared_task
-from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
 from workers.engines import EngineError
@@ -18,27 +17,51 @@ def ping(*, note: str) -> str:
 
 
 @shared_task(
+    name="workers.compute_comparison",
+    # Idempotent: it stores the comparison of the runs finished now, or does nothing when the
+    # stored one is current.
+    acks_late=True,
+    soft_time_limit=1800,
+    time_limit=1900,
+)
+def compute_comparison(*, experiment_id: int) -> str:
+    from console.analysis.services import comparison_refresh
+
+    return "computed" if comparison_refresh(experiment_id=experiment_id) is not None else "no baseline"
+
+
+@shared_task(
     bind=True,
     name="workers.execute_run",
-    # Idempotent (claimed with a conditional UPDATE, old rows replaced), so a task lost with
-    # its worker may be redelivered safely.
+    # Idempotent: claimed with a conditional UPDATE that draws an attempt token, every write
+    # keyed on it, old rows replaced in one transaction. A task lost with its worker may be
+    # redelivered safely: it finds nothing to claim, or a re-queued run to run again.
     acks_late=True,
     reject_on_worker_lost=True,
+    # Prefork pools enforce these; a solo pool (GPU, embedded) does not, so the replay
+    # enforces the run's own deadline too (workers/execution.py).
     soft_time_limit=settings.CELERY_TASK_SOFT_TIME_LIMIT,
     time_limit=settings.CELERY_TASK_TIME_LIMIT,
-    max_retries=3,
+    max_retries=settings.SPECREVIEW_RUN_MAX_ATTEMPTS,
 )
 def execute_run(self, *, run_id: int) -> str:
-    from workers.execution import run_execute, run_fail_if_stuck
+    from workers.execution import run_execute
 
     try:
         return run_execute(run_id=run_id)
-    except EngineError as exc:  # only transient ones escape run_execute
+    except EngineError as exc:  # only transient ones escape, the run already back in `queued`
         raise self.retry(exc=exc, countdown=min(60, 5 * 2**self.request.retries)) from exc
-    except SoftTimeLimitExceeded:
-        run_fail_if_stuck(
-            run_id=run_id,
-            message=f"stopped at the soft time limit ({settings.CELERY_TASK_SOFT_TIME_LIMIT} s); "
-            "raise SPECREVIEW_RUN_SOFT_TIME_LIMIT or shorten the trace",
-        )
-        return "failed"
+
+
+@shared_task(
+    name="workers.runs_reap",
+    soft_time_limit=120,
+    time_limit=180,
+    # A beat tick nobody picked up is replaced by the next one.
+    expires=settings.SPECREVIEW_REAP_EVERY_S,
+)
+def runs_reap() -> str:
+    """Re-queue or fail runs whose worker stopped beating; re-send queued runs the broker lost."""
+    from console.experiments.runs import runs_reap as reap
+
+    return str(reap())

@@ -287,3 +287,102 @@ class TelemetrySampler:
                 ]
             )
         return out
+
+
+# What ``kv_state()`` of an engine that preallocates its KV cache (vLLM) returns: gauges sampled
+# during the run, a cumulative counter, and the capacity fixed at start-up (after the drafter loaded).
+KV_GAUGES = ("kv_cache_usage_perc", "num_requests_running", "num_requests_waiting")
+KV_CAPACITY = ("kv_cache_tokens", "kv_blocks", "kv_cpu_blocks", "block_size")
+
+
+class KvSampler:
+    """Sample an engine's ``kv_state()`` (KV-cache usage, running and waiting requests) until stopped.
+
+    vLLM preallocates its KV cache whatever the arm, so device memory says nothing about a
+    drafter; what a drafter costs is KV capacity taken from live requests, which shows as
+    higher cache usage, more preemptions and more waiting requests. ``kv_state`` is called in
+    this thread (every ``interval_s``, 0.5 s: a /metrics scrape is a few milliseconds) and
+    returns ``{}`` where nothing can be read; a failing read is skipped, not fatal. When the
+    read before the window yields nothing (a server that exports no KV figures), nothing is
+    sampled during the run: an open-loop replay should not pay for scrapes that say nothing.
+
+    ``stop()`` returns ``{"kv_cache_tokens", "kv_blocks", "kv_cpu_blocks", "block_size"`` (from
+    the engine's start-up figures, where known), ``"preemptions"`` (counter delta over the
+    window), ``"kv_usage_peak"``/``"kv_usage_mean"`` (fraction 0-1), ``"running_peak"``,
+    ``"running_mean"``, ``"waiting_peak"``, ``"num_samples"``, ``"samples"``: at most
+    ``max_points`` rows of ``[t_s, kv_usage, running, waiting]``}`` or ``{}`` when no read
+    returned anything.
+    """
+
+    def __init__(self, *, read: Any, interval_s: float = 0.5, max_points: int = 300):
+        self._read = read
+        self.interval_s = interval_s
+        self.max_points = max_points
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._rows: list[tuple[float, dict[str, Any]]] = []
+        self._t0 = 0.0
+        self._started = False
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+        self._started = True
+        self._sample()  # the counter's value before the window
+        if not self._rows:
+            return  # nothing to read (a server that exports no KV figures): no scraping during the run
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="kv-telemetry")
+        self._thread.start()
+
+    def stop(self) -> dict[str, Any]:
+        if not self._started:
+            raise RuntimeError("KV sampler was not started")
+        if self._thread is None:
+            return {}
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return kv_summary(rows=self._rows, max_points=self.max_points)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        try:
+            state = self._read()
+        except Exception:  # noqa: BLE001 - a server that stops answering for a moment is not a failed run
+            return
+        if isinstance(state, dict) and state:
+            self._rows.append((time.perf_counter() - self._t0, state))
+
+
+def kv_summary(*, rows: list[tuple[float, dict[str, Any]]], max_points: int = 300) -> dict[str, Any]:
+    """The summary of :class:`KvSampler` from its rows of ``(t_s, kv_state)``."""
+    if not rows:
+        return {}
+
+    def values(key: str) -> list[float]:
+        return [float(s[key]) for _, s in rows if _is_real(s.get(key))]
+
+    out: dict[str, Any] = {}
+    for key in KV_CAPACITY:
+        known = values(key)
+        out[key] = int(known[-1]) if known else None
+    preempt = values("num_preemptions")
+    out["preemptions"] = int(preempt[-1] - preempt[0]) if len(preempt) >= 2 else None
+    usage, running, waiting = values("kv_cache_usage_perc"), values("num_requests_running"), values("num_requests_waiting")
+    out["kv_usage_peak"] = max(usage) if usage else None
+    out["kv_usage_mean"] = sum(usage) / len(usage) if usage else None
+    out["running_peak"] = int(max(running)) if running else None
+    out["running_mean"] = sum(running) / len(running) if running else None
+    out["waiting_peak"] = int(max(waiting)) if waiting else None
+    out["num_samples"] = len(rows)
+    size = max(1, -(-len(rows) // max_points))
+    out["samples"] = [
+        [round(t, 3), *(s.get(k) if _is_real(s.get(k)) else None for k in KV_GAUGES)] for t, s in rows[::size]
+    ]
+    return out
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value

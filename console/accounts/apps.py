@@ -16,3 +16,4 @@ class AccountsConfig(AppConfig):
     def ready(self) -> None:
         # Groups need the permissions, which Django creates in post_migrate; so do we.
         post_migrate.connect(_ensure_roles, sender=self)
+        from console.accounts import checks  # noqa: F401  (registers the deploy checks)

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 class Capability(models.Model):
@@ -20,14 +22,36 @@ class Capability(models.Model):
         ]
 
 
+def api_token_expiry_default() -> datetime:
+    """Now plus ``SPECREVIEW_API_TOKEN_DAYS`` (tokens that existed before expiry get it too)."""
+    return timezone.now() + timedelta(days=settings.SPECREVIEW_API_TOKEN_DAYS)
+
+
 class ApiToken(models.Model):
-    """A bearer token for the JSON API. Only its sha256 is stored."""
+    """A bearer token for the JSON API. Only its sha256 is stored, plus its first characters
+    (``prefix``) so that a user can tell their tokens apart and revoke one by name."""
+
+    PREFIX_LENGTH = 8
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100, default="default")
     key_sha256 = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=PREFIX_LENGTH, default="", blank=True, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(default=api_token_expiry_default)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    @property
+    def status(self) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at <= timezone.now():
+            return "expired"
+        return "active"
 
     @staticmethod
     def digest(key: str) -> str:

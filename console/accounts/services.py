@@ -2,10 +2,12 @@ from __future__ import annotations
 
 import secrets
 import socket
+from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.db import transaction
+from django.utils import timezone
 
 from console.accounts.models import ApiToken, WorkerHeartbeat
 from console.accounts.roles import ROLE_PERMISSIONS, ROLES
@@ -45,11 +47,86 @@ def user_role(user) -> str | None:
     return "admin" if user.is_superuser else None
 
 
-def api_token_create(*, user, name: str = "default") -> str:
-    """Create a token and return its key; only its digest is stored, so show it once."""
+def api_token_create(*, user, name: str = "default", days: int | None = None) -> str:
+    """Create a token valid for ``days`` (default ``SPECREVIEW_API_TOKEN_DAYS``) and return its key;
+    only its digest and first characters are stored, so show it once."""
+    from django.conf import settings
+
     key = secrets.token_urlsafe(32)
-    ApiToken.objects.create(user=user, name=name, key_sha256=ApiToken.digest(key))
+    ApiToken.objects.create(
+        user=user,
+        name=name,
+        key_sha256=ApiToken.digest(key),
+        prefix=key[: ApiToken.PREFIX_LENGTH],
+        expires_at=timezone.now() + timedelta(days=days or settings.SPECREVIEW_API_TOKEN_DAYS),
+    )
     return key
+
+
+class ApiTokenRejected(Exception):
+    """Why a bearer token was refused: ``status`` is 401 (bad token) or 429 (too many bad ones)."""
+
+    def __init__(self, message: str, *, status: int = 401):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+API_TOKEN_SCOPE = "api-token"
+
+
+def api_token_authenticate(*, raw: str, client_ip: str = ""):
+    """The active user a bearer token belongs to, or :class:`ApiTokenRejected` saying why not.
+
+    The one token check every API layer calls. Unknown, expired and revoked tokens, and tokens of
+    inactive users, count as failures against ``client_ip``; after
+    ``SPECREVIEW_LOGIN_MAX_FAILURES`` of them in the window the address gets 429 until it ends.
+    Records ``last_used_at`` on success.
+    """
+    from console.accounts.throttle import (
+        minutes_text,
+        throttle_failure_record,
+        throttle_locked_seconds,
+    )
+
+    parts = (client_ip or "unknown",)
+    locked = throttle_locked_seconds(scope=API_TOKEN_SCOPE, parts=parts)
+    if locked:
+        raise ApiTokenRejected(
+            f"too many failed token attempts from this address: try again in {minutes_text(locked)}",
+            status=429,
+        )
+    key = raw.strip()
+    token = (
+        ApiToken.objects.select_related("user").filter(key_sha256=ApiToken.digest(key)).first()
+        if key
+        else None
+    )
+    reason = None
+    if token is None:
+        reason = "invalid API token"
+    elif token.revoked_at is not None:
+        reason = f"API token {token.prefix or token.pk} was revoked on {token.revoked_at:%Y-%m-%d}"
+    elif token.expires_at <= timezone.now():
+        reason = (
+            f"API token {token.prefix or token.pk} expired on {token.expires_at:%Y-%m-%d}: create a new one"
+        )
+    elif not token.user.is_active:
+        reason = "the API token's user is inactive"
+    if reason is not None:
+        throttle_failure_record(scope=API_TOKEN_SCOPE, parts=parts)
+        raise ApiTokenRejected(reason)
+    assert token is not None
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    return token.user
+
+
+def api_token_revoke(*, token: ApiToken, by) -> bool:
+    """Revoke ``token`` (idempotent); returns False when it was already revoked."""
+    updated = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now(), revoked_by=by
+    )
+    return updated == 1
 
 
 def heartbeat_record(*, note: str) -> WorkerHeartbeat:

@@ -9,12 +9,15 @@ Input contract (one row per request per run)
 ``repeat`` int, ``request_id`` str, ``task`` str, ``traffic_class`` ("interactive"|"batch"),
 ``prompt_tokens`` int, ``max_tokens`` int, ``scheduled_s``/``sent_s``/``first_token_s``/``finish_s``
 float seconds from run start (``first_token_s``/``finish_s`` NaN when failed or no output),
-``queue_s`` float, ``chunk_times`` list[float] (seconds from run start, one per visible chunk),
+``queue_s`` float, ``chunk_times`` list[float] or 1-d array (seconds from run start, one per visible chunk),
 ``chunk_tokens`` list[int] (tokens per chunk), ``num_output_tokens`` int, ``output_token_ids``
 list[int], ``output_text`` str, ``finish_reason`` str|None, ``error`` str|None (non-empty means
 failed), ``drafted``/``accepted`` list[int] per verification step (empty for the baseline),
+optional ``spec_totals`` dict|None (a server's per-request totals without steps, see
+:func:`request_totals_merge`),
 ``response_format`` dict|None, ``tools`` list|None. Optional ``result_id`` is passed through to
-regression lists.
+regression lists. Optional ``session_id`` str and ``turn`` int (0-based) place a request in its
+conversation (see :func:`session_columns`: a request alone is a session of one turn).
 
 Runs frame (one row per run): ``run_id, arm, load, repeat, wall_s, peak_memory_bytes,
 mean_util`` (fraction or percent, passed through), ``energy_j`` (NaN when unmeasured),
@@ -43,14 +46,32 @@ Definitions
 - **Throughput** over a group: completed / Σ wall_s of the runs in the group (requests/s);
   output tokens of completed requests / Σ wall_s (tokens/s); goodput = met_deadline / Σ wall_s;
   attainment = met_deadline / requests. For a slice, wall_s is the whole run's: the slice's share.
-- **Speculation**: per verification step k proposed, a accepted. Acceptance rate = Σa / Σk;
-  accepted tokens per target pass = mean(a + 1) over steps; position j (1-based) is proposed iff
-  k >= j and accepted iff a >= j. A step's **output position** is the number of answer tokens
+- **Speculation** (vLLM's definitions, the same on every engine): per verification step k
+  proposed, a accepted; a step with k > 0 is a **draft**. Acceptance rate = Σa / Σk; mean
+  acceptance length = 1 + Σa / drafts; per-position rate (vLLM) = accepted at position j /
+  drafts, beside the conditional rate accepted at j / proposed at j; position j (1-based) is
+  proposed iff k >= j and accepted iff a >= j. **Tokens per target pass** is its own metric, over
+  every decoding pass, drafting or not: output tokens / (steps + tokens not produced by a step,
+  the prefill's first token among them); 1.0 for plain decoding. ``accepted_per_pass`` =
+  mean(a + 1) over recorded steps. A draft cut short by ``max_tokens`` or EOS counts as drafted
+  in full and as accepted only for the tokens the user received (see ``_cap_cut_drafts`` and
+  ``docs/statistics.md``), the same on every engine. A step's **output position** is the number of answer tokens
   emitted before it: steps are assumed to produce the last Σ(a + 1) tokens of the answer (what
   comes before, e.g. the prefill's token, is the offset ``max(0, tokens - Σ(a + 1))``).
-- **Cost**: accelerator-hours = wall_s / 3600 x accelerator_count; cost = accelerator-hours x
-  cost_per_hour_usd (+ energy_j / 3.6e6 kWh x power price when both are known). Success =
-  completed, met_deadline and ``output_valid`` (quality checks, where applicable).
+- **Sessions**: a later turn's ``scheduled_s`` is its previous turn's finish plus its think time,
+  so its TTFT counts no think time. **Session duration** = last turn's ``finish_s`` - first turn's
+  ``scheduled_s`` (seconds), over sessions whose every turn completed; it includes think times.
+  TTFT by turn shows what a longer context (the conversation so far) costs.
+- **Busy time** (``busy_s``) of a run: the length of the union of its requests' intervals
+  [``sent_s``, ``finish_s``], the seconds with at least one request in flight (failed requests
+  count until they ended; stored results hold measured requests only, never the warm-up).
+- **Cost** (cost basis ``"busy_time"``, :data:`COST_BASIS`): accelerator-hours = busy_s / 3600 x
+  accelerator_count; cost = accelerator-hours x cost_per_hour_usd (+ energy_j / 3.6e6 kWh x
+  power price when both are known). Not the replay window ``wall_s``: below saturation an
+  open-loop window is mostly the trace's arrival span, the same for every arm, so a cost on it
+  could not tell a faster engine from a slower one. ``wall_s`` stays the denominator of
+  throughput (offered-load requests/s). Success = completed, met_deadline and ``output_valid``
+  (quality checks, where applicable).
 """
 
 from __future__ import annotations
@@ -83,6 +104,9 @@ Deadlines = Mapping[str, Mapping[str, float]]
 def _flatten(column: pd.Series, dtype: type) -> tuple[np.ndarray, np.ndarray]:
     """Flatten a column of lists: (values, length per row). ``None``/NaN rows count as empty."""
     items = column.tolist()
+    if items and all(type(x) is np.ndarray for x in items):  # results_frames' cells: one concatenate
+        lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+        return np.concatenate(items).astype(dtype, copy=False), lens
     try:
         lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
     except TypeError:  # None or NaN somewhere: treat as empty
@@ -326,6 +350,34 @@ def metrics_aggregate(
     return out
 
 
+# Engines whose first output token comes from the prefill, outside every verification step.
+PREFILL_TOKEN_ENGINES = frozenset({"vllm", "openai"})
+
+
+def _cap_cut_drafts(
+    accepted: np.ndarray, *, rows: np.ndarray, dlens: np.ndarray, tokens: np.ndarray, requests: pd.DataFrame
+) -> np.ndarray:
+    """Accepted draft tokens are the ones the user received: a request's last step, cut short by
+    ``max_tokens`` or EOS, keeps only what was emitted. The hf seam records it that way already
+    (sum of accepted + 1 over steps = tokens); vLLM's counters count the verified matches,
+    cut ones included, with the prefill's token outside any step, so there the last step is
+    reduced by what provably was never emitted. The same definition on every engine."""
+    if accepted.size == 0:
+        return accepted
+    engines = requests["engine"].to_numpy() if "engine" in requests else np.full(len(requests), "hf")
+    prefill = np.isin(engines, list(PREFILL_TOKEN_ENGINES)).astype(np.int64)
+    total = np.bincount(rows, weights=accepted + 1, minlength=dlens.size).astype(np.int64)
+    excess = np.maximum(total - np.maximum(tokens - prefill, 0), 0)
+    last = np.cumsum(dlens) - 1
+    has = (dlens > 0) & (excess > 0)
+    if not has.any():
+        return accepted
+    out = accepted.copy()
+    idx = last[has]
+    out[idx] = np.maximum(out[idx] - excess[has], 0)
+    return out
+
+
 def steps_flatten(requests: pd.DataFrame) -> pd.DataFrame:
     """One row per verification step: ``row`` (positional row in ``requests``), ``step`` (0-based),
     ``drafted`` and ``accepted`` (tokens), ``output_position`` (answer tokens emitted before the
@@ -346,6 +398,8 @@ def steps_flatten(requests: pd.DataFrame) -> pd.DataFrame:
         raise ValueError(f"accepted outside [0, drafted] for requests {list(ids[np.unique(rows)][:5])}")
     rows = np.repeat(np.arange(dlens.size), dlens)
     starts = np.cumsum(dlens) - dlens
+    tokens = requests["num_output_tokens"].fillna(0).to_numpy(dtype=np.int64)
+    accepted = _cap_cut_drafts(accepted, rows=rows, dlens=dlens, tokens=tokens, requests=requests)
     emitted = accepted + 1
     cum = np.cumsum(emitted)
     base = np.zeros(dlens.size, dtype=np.int64)
@@ -354,7 +408,6 @@ def steps_flatten(requests: pd.DataFrame) -> pd.DataFrame:
     before_in_request = cum - emitted - np.repeat(base, dlens)
     total_by_row = np.zeros(dlens.size, dtype=np.int64)
     np.add.at(total_by_row, rows, emitted)
-    tokens = requests["num_output_tokens"].fillna(0).to_numpy(dtype=np.int64)
     offset = np.maximum(tokens - total_by_row, 0)
     position = before_in_request + offset[rows]
     return pd.DataFrame(
@@ -410,11 +463,13 @@ def steps_per_request(steps: pd.DataFrame, *, n_rows: int) -> pd.DataFrame:
     place of the steps for groupings without ``position_bucket``, at a fraction of the cost."""
     rows = steps["row"].to_numpy()
     n_steps = np.bincount(rows, minlength=n_rows)
+    n_drafts = np.bincount(rows, weights=(steps["drafted"].to_numpy() > 0), minlength=n_rows)
     present = np.flatnonzero(n_steps)
     return pd.DataFrame(
         {
             "row": present,
             "n_steps": n_steps[present],
+            "n_drafts": np.rint(n_drafts[present]).astype(np.int64),
             "drafted": np.bincount(rows, weights=steps["drafted"].to_numpy(), minlength=n_rows)[
                 present
             ].astype(np.int64),
@@ -423,6 +478,35 @@ def steps_per_request(steps: pd.DataFrame, *, n_rows: int) -> pd.DataFrame:
             ].astype(np.int64),
         }
     )
+
+
+def request_totals_merge(request_steps: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """:func:`steps_per_request`'s frame plus one row per request that has no steps but a
+    server's per-request totals (``spec_totals``: ``{"drafts", "draft_tokens", "accepted"}``,
+    vLLM's ``summary`` level), so that acceptance per task, class and arm counts them too.
+    Per-position and output-position tables need steps: these requests are not in them.
+
+    The same definition as :func:`_cap_cut_drafts`: the prefill's token is outside every draft
+    and accepted tokens never emitted (cut by ``max_tokens`` or EOS) are taken off, here from
+    the request's total (the totals do not say which step they came from).
+    """
+    if "spec_totals" not in requests:
+        return request_steps
+    has_steps = np.zeros(len(requests), dtype=bool)
+    has_steps[request_steps["row"].to_numpy()] = True
+    totals = requests["spec_totals"].tolist()
+    tokens = requests["num_output_tokens"].fillna(0).to_numpy(dtype=np.int64)
+    rows = []
+    for i, t in enumerate(totals):
+        if has_steps[i] or not isinstance(t, Mapping) or not t.get("drafts"):
+            continue
+        drafts, drafted, accepted = int(t["drafts"]), int(t["draft_tokens"]), int(t["accepted"])
+        excess = max(drafts + accepted - max(int(tokens[i]) - 1, 0), 0)
+        rows.append((i, drafts, drafts, drafted, max(accepted - excess, 0)))
+    if not rows:
+        return request_steps
+    extra = pd.DataFrame(rows, columns=["row", "n_steps", "n_drafts", "drafted", "accepted"])
+    return pd.concat([request_steps, extra], ignore_index=True).sort_values("row", kind="stable").reset_index(drop=True)
 
 
 def acceptance_aggregate(steps: pd.DataFrame, keys: pd.DataFrame, *, by: Sequence[str]) -> pd.DataFrame:
@@ -441,9 +525,38 @@ def acceptance_aggregate(steps: pd.DataFrame, keys: pd.DataFrame, *, by: Sequenc
     out["steps"] = np.rint(np.bincount(codes, weights=weights, minlength=n)).astype(np.int64)
     out["drafted"] = np.bincount(codes, weights=steps["drafted"].to_numpy(), minlength=n).astype(np.int64)
     out["accepted"] = np.bincount(codes, weights=steps["accepted"].to_numpy(), minlength=n).astype(np.int64)
+    drafting = steps["n_drafts"].to_numpy() if "n_drafts" in steps else (steps["drafted"].to_numpy() > 0)
+    out["drafts"] = np.rint(np.bincount(codes, weights=drafting, minlength=n)).astype(np.int64)
     with np.errstate(invalid="ignore", divide="ignore"):
         out["acceptance_rate"] = np.where(out["drafted"] > 0, out["accepted"] / out["drafted"], np.nan)
+        out["mean_acceptance_length"] = np.where(out["drafts"] > 0, 1 + out["accepted"] / out["drafts"], np.nan)
         out["accepted_per_pass"] = (out["accepted"] + out["steps"]) / out["steps"]
+    return out
+
+
+def tokens_per_pass(request_steps: pd.DataFrame, derived: pd.DataFrame, *, by: Sequence[str]) -> pd.DataFrame:
+    """Output tokens per target pass per group, over every completed request (drafting or not):
+    Σ tokens / Σ passes with passes = recorded steps + tokens no step produced (see module
+    docstring). ``request_steps`` is :func:`steps_per_request`'s frame over ``derived``'s rows.
+    Columns: keys, ``target_passes``, ``tokens_per_pass`` (NaN when no tokens)."""
+    n = len(derived)
+    tokens = derived["num_output_tokens"].fillna(0).to_numpy(dtype=float)
+    done = derived["completed"].to_numpy(dtype=bool) if "completed" in derived else np.ones(n, dtype=bool)
+    tokens = np.where(done, tokens, 0.0)
+    steps = np.zeros(n)
+    emitted = np.zeros(n)
+    if len(request_steps):
+        rows = request_steps["row"].to_numpy()
+        steps[rows] = request_steps["n_steps"].to_numpy()
+        emitted[rows] = request_steps["accepted"].to_numpy() + request_steps["n_steps"].to_numpy()
+    passes = np.where(tokens > 0, steps + np.maximum(tokens - emitted, 0.0), 0.0)
+    codes, out = group_codes(derived, by)
+    k = len(out)
+    total_tokens = np.bincount(codes, weights=tokens, minlength=k)
+    total_passes = np.bincount(codes, weights=passes, minlength=k)
+    out["target_passes"] = np.rint(total_passes).astype(np.int64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["tokens_per_pass"] = np.where(total_passes > 0, total_tokens / total_passes, np.nan)
     return out
 
 
@@ -451,10 +564,14 @@ def acceptance_by_position(steps: pd.DataFrame, keys: pd.DataFrame, *, by: Seque
     """Per-position acceptance per group: one row per group and draft position j = 1..max k.
 
     Columns: keys, ``position`` (1-based), ``proposed`` (steps with k >= j), ``accepted`` (steps
-    with a >= j), ``rate`` = accepted / proposed = P(position j accepted | proposed).
+    with a >= j), ``drafts`` (steps with k > 0 in the group), ``rate_per_draft`` = accepted /
+    drafts (vLLM's per-position acceptance rate), ``rate`` = accepted / proposed =
+    P(position j accepted | proposed) (conditional).
     """
     if steps.empty:
-        return pd.DataFrame(columns=[*by, "position", "proposed", "accepted", "rate"])
+        return pd.DataFrame(
+            columns=[*by, "position", "proposed", "accepted", "drafts", "rate_per_draft", "rate"]
+        )
     codes, gkeys = _step_groups(steps, keys, by)
     kmax = int(steps["drafted"].max())
     n_groups = len(gkeys)
@@ -470,8 +587,41 @@ def acceptance_by_position(steps: pd.DataFrame, keys: pd.DataFrame, *, by: Seque
     out["position"] = np.tile(np.arange(1, kmax + 1), n_groups)
     out["proposed"] = proposed.ravel()
     out["accepted"] = accepted.ravel()
+    out["drafts"] = np.repeat(proposed[:, 0], kmax) if kmax else np.zeros(0, dtype=np.int64)
     out = out[out["proposed"] > 0].reset_index(drop=True)
+    out["rate_per_draft"] = out["accepted"] / out["drafts"]
     out["rate"] = out["accepted"] / out["proposed"]
+    return out
+
+
+# What accelerator-hours are measured on (stored in the comparison as ``cost_basis``): the busy
+# time of each run, see the module docstring. A capacity search may add "capacity".
+COST_BASIS = "busy_time"
+
+
+def busy_seconds(requests: pd.DataFrame) -> pd.Series:
+    """Busy time per run (seconds, indexed by ``run_id``): the length of the union of the
+    intervals [``sent_s``, end] of the run's requests, end = ``finish_s`` (or ``first_token_s``
+    where no finish time was stored). Overlapping requests count once, gaps with nothing in flight
+    not at all; a request never sent, or with no end, or ending before it was sent, adds nothing.
+    A failed request counts until it ended: the engine worked on it until then. A run whose
+    requests add nothing has 0.0."""
+    sent = requests["sent_s"].to_numpy(dtype=float)
+    end = np.fmax(requests["finish_s"].to_numpy(dtype=float), requests["first_token_s"].to_numpy(dtype=float))
+    run_ids = requests["run_id"].to_numpy()
+    keep = np.isfinite(sent) & np.isfinite(end) & (end > sent)
+    out = pd.Series(0.0, index=pd.Index(pd.unique(run_ids), name="run_id"), dtype=float)
+    if not keep.any():
+        return out
+    frame = pd.DataFrame({"run_id": run_ids[keep], "start": sent[keep], "end": end[keep]})
+    frame = frame.sort_values(["run_id", "start"], kind="stable")
+    # A new busy period starts where a request begins after every earlier one of its run ended.
+    reach = frame.groupby("run_id", sort=False)["end"].cummax()
+    prev_reach = reach.groupby(frame["run_id"], sort=False).shift()
+    period = (~(frame["start"] <= prev_reach)).cumsum()
+    spans = frame.groupby(period).agg(run_id=("run_id", "first"), start=("start", "min"), end=("end", "max"))
+    totals = (spans["end"] - spans["start"]).groupby(spans["run_id"]).sum()
+    out.loc[totals.index] = totals.to_numpy(dtype=float)
     return out
 
 
@@ -484,14 +634,16 @@ def run_costs(
 ) -> pd.DataFrame:
     """Resources and cost per run (one row per row of ``runs``).
 
-    ``derived`` needs ``completed``, ``met_deadline``, ``output_tokens`` and optionally
-    ``output_valid`` (missing = valid). Adds ``accelerator_hours`` (h), ``energy_kwh``,
-    ``cost_usd`` (USD), ``energy_cost_included`` (bool), ``successes``, ``output_tokens``,
-    ``n_requests``.
+    ``derived`` needs ``sent_s``, ``first_token_s``, ``finish_s``, ``completed``,
+    ``met_deadline``, ``output_tokens`` and optionally ``output_valid`` (missing = valid). Adds
+    ``busy_s`` (s, :func:`busy_seconds`; 0 for a run without requests), ``accelerator_hours``
+    (h, on busy time, never ``wall_s``: see the module docstring), ``energy_kwh``, ``cost_usd``
+    (USD), ``energy_cost_included`` (bool), ``successes``, ``output_tokens``, ``n_requests``.
     """
     out = runs.copy()
     count = out["accelerator_count"].fillna(1) if "accelerator_count" in out else 1
-    out["accelerator_hours"] = out["wall_s"].astype(float) / 3600.0 * count
+    out["busy_s"] = out["run_id"].map(busy_seconds(derived)).fillna(0.0).astype(float)
+    out["accelerator_hours"] = out["busy_s"] / 3600.0 * count
     energy = out["energy_j"].astype(float) if "energy_j" in out else pd.Series(np.nan, index=out.index)
     out["energy_kwh"] = energy / 3.6e6
     out["cost_usd"] = out["accelerator_hours"] * float(cost_per_hour_usd)
@@ -509,11 +661,34 @@ def run_costs(
     return out
 
 
+def class_goodput(derived: pd.DataFrame, runs: pd.DataFrame, *, base_arm: str) -> np.ndarray:
+    """Per request, its share of its traffic class's goodput (requests/s): ``met_deadline`` x the
+    class's requests in the request's run / the **baseline's** ``wall_s`` at the same load and
+    repeat. Its mean over a class's requests in one run is that class's goodput over the
+    baseline's run time, so a paired difference says how many more of the class's requests per
+    second met their deadline, with the offered load and the duration held fixed: the bootstrap
+    that resamples requests varies which requests met it. A candidate whose last request merely
+    finishes earlier (a shorter run, the same requests on time) is not credited with goodput.
+    NaN where the baseline has no wall time at that load and repeat."""
+    base_runs = runs[runs["arm"] == base_arm]
+    base_wall = base_runs.groupby(["load", "repeat"])["wall_s"].sum(min_count=1).astype(float)
+    keys = pd.MultiIndex.from_frame(derived[["load", "repeat"]])
+    wall = base_wall.reindex(keys).to_numpy(dtype=float)
+    n_class = derived.groupby(["run_id", "traffic_class"], sort=False)["run_id"].transform("size").to_numpy(float)
+    met = derived["met_deadline"].to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = met * n_class / wall
+    out[~(wall > 0)] = np.nan
+    return out
+
+
 def request_success(derived: pd.DataFrame) -> np.ndarray:
-    """Success per request: completed, within its class deadlines, and valid output where a
-    quality check applies (``output_valid``; missing column = valid)."""
+    """Success per request: completed, within its class deadlines, valid output where a quality
+    check applies (``output_valid``; missing column = valid) and correct where gradable
+    (``correct``, ``console.analysis.grading``; NA or missing = not gradable, no effect)."""
     valid = derived["output_valid"].to_numpy(dtype=bool) if "output_valid" in derived else True
-    return derived["completed"].to_numpy(dtype=bool) & derived["met_deadline"].to_numpy(dtype=bool) & valid
+    right = (derived["correct"].astype("boolean") != False).fillna(True).to_numpy(dtype=bool) if "correct" in derived else True  # noqa: E712
+    return derived["completed"].to_numpy(dtype=bool) & derived["met_deadline"].to_numpy(dtype=bool) & valid & right
 
 
 def cost_per_success(cost_usd: float, successes: int, output_tokens: int) -> dict[str, float | str | None]:
@@ -537,3 +712,116 @@ def cost_per_success(cost_usd: float, successes: int, output_tokens: int) -> dic
         out["cost_per_million_output_tokens_usd"] = float("inf")
         out["cost_per_million_output_tokens_reason"] = "no output tokens"
     return out
+
+
+# Run-level spec-decode counters (deltas over a run, vLLM's names as the openai engine stores
+# them, see workers/engines/openai_http.py and docs/engines.md for other servers' mapping).
+SERVER_DRAFTS = "spec_decode_num_drafts"
+SERVER_DRAFT_TOKENS = "spec_decode_num_draft_tokens"
+SERVER_ACCEPTED = "spec_decode_num_accepted_tokens"
+SERVER_ACCEPTED_PER_POS = "spec_decode_num_accepted_tokens_per_pos"
+
+
+def server_counters_sum(counters: Sequence[Mapping | None]) -> dict[str, object] | None:
+    """The spec-decode counter deltas of several runs summed: ``drafts``, ``drafted``,
+    ``accepted`` (tokens) and ``accepted_per_pos`` (list, position 0 first). None when any run
+    lacks the three totals (a server without spec-decode counters, or a page it could not
+    read): a partial sum would read as less drafting than happened."""
+    out: dict[str, object] = {"drafts": 0, "drafted": 0, "accepted": 0, "accepted_per_pos": []}
+    per_pos: list[int] = []
+    if not counters:
+        return None
+    for c in counters:
+        if not isinstance(c, Mapping) or not all(
+            isinstance(c.get(k), int | float) for k in (SERVER_DRAFTS, SERVER_DRAFT_TOKENS, SERVER_ACCEPTED)
+        ):
+            return None
+        out["drafts"] = int(out["drafts"]) + int(c[SERVER_DRAFTS])  # type: ignore[call-overload]
+        out["drafted"] = int(out["drafted"]) + int(c[SERVER_DRAFT_TOKENS])  # type: ignore[call-overload]
+        out["accepted"] = int(out["accepted"]) + int(c[SERVER_ACCEPTED])  # type: ignore[call-overload]
+        for j, v in enumerate(c.get(SERVER_ACCEPTED_PER_POS) or []):
+            if j >= len(per_pos):
+                per_pos.append(0)
+            per_pos[j] += int(v)
+    out["accepted_per_pos"] = per_pos
+    return out
+
+
+def server_acceptance(totals: Mapping) -> dict[str, object]:
+    """Acceptance from run-level counter totals (:func:`server_counters_sum`), by the one
+    definition every engine uses: rate = accepted / drafted, mean acceptance length = 1 +
+    accepted / drafts, per-position rate (vLLM's) = accepted at position j / drafts. NaN where
+    nothing was drafted. The conditional rate per position needs per-step data: not here."""
+    drafts, drafted, accepted = int(totals["drafts"]), int(totals["drafted"]), int(totals["accepted"])
+    per_pos = [int(v) for v in totals.get("accepted_per_pos") or []]
+    return {
+        "drafts": drafts,
+        "drafted": drafted,
+        "accepted": accepted,
+        "acceptance_rate": accepted / drafted if drafted else float("nan"),
+        "mean_acceptance_length": 1 + accepted / drafts if drafts else float("nan"),
+        "rate_per_draft_by_position": [v / drafts for v in per_pos] if drafts else [],
+    }
+
+
+def session_columns(requests: pd.DataFrame) -> pd.DataFrame:
+    """``requests`` with ``session_id`` (its own ``request_id`` where missing or empty) and ``turn``
+    (0 where missing): frames from before sessions, and single-turn traces, are sessions of one."""
+    out = requests.copy()
+    if "session_id" not in out:
+        out["session_id"] = out["request_id"]
+    else:
+        empty = out["session_id"].isna() | (out["session_id"].astype(str) == "")
+        out["session_id"] = out["session_id"].where(~empty, out["request_id"])
+    out["turn"] = pd.to_numeric(out["turn"], errors="coerce").fillna(0).astype(np.int64) if "turn" in out else 0
+    return out
+
+
+def sessions_aggregate(derived: pd.DataFrame, *, by: Sequence[str]) -> pd.DataFrame:
+    """Per group of ``by`` (e.g. ``["arm", "load"]``): ``n_sessions``, ``n_multi_turn``, ``turns_mean``,
+    ``n_sessions_completed`` (every turn completed), ``session_completed_share`` (fraction) and
+    ``session_duration_s_{stat}`` over completed sessions (seconds; see the module docstring).
+
+    ``derived`` is :func:`requests_derive` output with ``session_id`` and ``turn``
+    (:func:`session_columns`); a session is keyed per run (``run_id``), so repeats never merge.
+    """
+    frame = session_columns(derived)
+    keys = [*by, "run_id", "session_id"]
+    grouped = frame.groupby(keys, sort=True, dropna=False)
+    per = grouped.agg(
+        turns=("turn", "size"),
+        start_s=("scheduled_s", "min"),
+        end_s=("finish_s", "max"),
+        all_completed=("completed", "all"),
+    ).reset_index()
+    per["duration_s"] = np.where(per["all_completed"], per["end_s"] - per["start_s"], np.nan)
+    rows = []
+    for group, part in per.groupby(list(by), sort=True, dropna=False):
+        values = group if isinstance(group, tuple) else (group,)
+        row: dict[str, object] = dict(zip(by, values, strict=True))
+        row["n_sessions"] = len(part)
+        row["n_multi_turn"] = int((part["turns"] > 1).sum())
+        row["turns_mean"] = float(part["turns"].mean())
+        completed = int(part["all_completed"].sum())
+        row["n_sessions_completed"] = completed
+        row["session_completed_share"] = completed / len(part)
+        for stat, v in _quantiles(part["duration_s"].to_numpy(dtype=float)).items():
+            row[f"session_duration_s_{stat}"] = v
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def turns_aggregate(derived: pd.DataFrame, *, by: Sequence[str]) -> pd.DataFrame:
+    """Per group of ``by`` and ``turn``: ``n_requests``, ``n_completed`` and ``ttft_s_{stat}``,
+    ``e2e_s_{stat}`` (seconds) over completed requests: how latency grows with the context."""
+    frame = session_columns(derived)
+    rows = []
+    for group, part in frame.groupby([*by, "turn"], sort=True, dropna=False):
+        row: dict[str, object] = dict(zip([*by, "turn"], group, strict=True))
+        row["n_requests"] = len(part)
+        row["n_completed"] = int(part["completed"].sum())
+        for metric in ("ttft_s", "e2e_s"):
+            for stat, v in _quantiles(part[metric].to_numpy(dtype=float)).items():
+                row[f"{metric}_{stat}"] = v
+        rows.append(row)
+    return pd.DataFrame(rows)

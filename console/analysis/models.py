@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from django.db import models
 
+from console.analysis.arrays import PackedArrayField
 from console.experiments.models import Experiment, Run
 from console.traces.models import TraceRequest
 
 
 class RequestResult(models.Model):
-    """One request in one run. Times are seconds from the run's replay start (perf_counter)."""
+    """One request in one run. Times are seconds from the run's replay start (perf_counter).
+
+    The per-chunk and per-step arrays are packed bytes (``console.analysis.arrays``): a list on
+    the model, one ``frombuffer`` per column when an experiment's results load in bulk."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="results")
     trace_request = models.ForeignKey(TraceRequest, on_delete=models.PROTECT, related_name="results")
@@ -19,14 +23,21 @@ class RequestResult(models.Model):
     first_token_s = models.FloatField(null=True)
     finish_s = models.FloatField(null=True)
     queue_s = models.FloatField(default=0.0)
-    chunk_times = models.JSONField(default=list, help_text="seconds from run start, one per visible chunk")
-    chunk_tokens = models.JSONField(default=list, help_text="tokens per chunk")
+    chunk_times = PackedArrayField(kind="float", help_text="seconds from run start, one per visible chunk")
+    chunk_tokens = PackedArrayField(kind="int", help_text="tokens per chunk")
     num_output_tokens = models.PositiveIntegerField(default=0)
     output_text = models.TextField(blank=True)
-    output_token_ids = models.JSONField(default=list)
+    output_token_ids = PackedArrayField(kind="int", help_text="the output's token ids")
     finish_reason = models.CharField(max_length=40, null=True, blank=True)
-    drafted = models.JSONField(default=list, help_text="draft tokens proposed per verification step")
-    accepted = models.JSONField(default=list, help_text="draft tokens accepted per verification step")
+    drafted = PackedArrayField(kind="int", help_text="draft tokens proposed per verification step")
+    accepted = PackedArrayField(kind="int", help_text="draft tokens accepted per verification step")
+    spec_totals = models.JSONField(
+        null=True,
+        blank=True,
+        default=None,
+        help_text="a server's per-request spec-decode totals without its steps "
+        '(vLLM summary level): {"drafts", "draft_tokens", "accepted"}',
+    )
     error = models.TextField(blank=True)
     json_valid = models.BooleanField(null=True)
     schema_valid = models.BooleanField(null=True)
@@ -66,5 +77,10 @@ class ComparisonCache(models.Model):
     key = models.CharField(
         max_length=64, help_text="hash of the finished runs and parameters it was computed from"
     )
-    data = models.JSONField(default=dict)
+    data = models.JSONField(default=dict, help_text="the comparison; empty until first computed")
     computed_at = models.DateTimeField(auto_now=True)
+    progress = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="the computation under way: {key, stage, step, steps, started_at}; empty when none",
+    )

@@ -7,7 +7,8 @@ from collections import defaultdict
 
 import pandas as pd
 import plotly.graph_objects as go
-import plotly.io as pio
+
+from console.figures import figure_html
 
 LAYOUT = dict(
     template="plotly_white",
@@ -18,10 +19,7 @@ LAYOUT = dict(
 
 
 def fig_html(fig: go.Figure, *, div_id: str) -> str:
-    fig.update_layout(**LAYOUT)
-    return pio.to_html(
-        fig, include_plotlyjs=False, full_html=False, div_id=div_id, config={"displaylogo": False}
-    )
+    return figure_html(fig, div_id=div_id, layout=LAYOUT)
 
 
 def latency_cdf(series: list[dict], *, metric: str, title: str) -> go.Figure:
@@ -151,7 +149,13 @@ def memory_per_arm(headline: list[dict]) -> go.Figure:
                 name=load,
             )
         )
-    fig.update_layout(title="Peak memory per arm", yaxis_title="GiB", barmode="group")
+    # GPU memory on GPU hosts; elsewhere the worker process's resident memory, which holds the
+    # engine, its models and the replay client together (see docs/gpu-workers.md).
+    fig.update_layout(
+        title="Peak memory per arm (GPU hosts: GPU memory; CPU: the worker process, models and client included)",
+        yaxis_title="GiB",
+        barmode="group",
+    )
     return fig
 
 
@@ -160,6 +164,24 @@ def run_timeline(rows: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     rows = rows.sort_values("scheduled_s")
     ys = list(range(len(rows)))
+    # One line trace with gaps for every request's bar: a layout shape per request revalidates
+    # every shape on each add (quadratic: 27 s for 200 requests, measured by bench/console_load.py).
+    bar_x: list = []
+    bar_y: list = []
+    for y, start, finish in zip(ys, rows["scheduled_s"], rows["finish_s"], strict=True):
+        if pd.notna(finish):
+            bar_x += [start, finish, None]
+            bar_y += [y, y, None]
+    fig.add_trace(
+        go.Scatter(
+            x=bar_x,
+            y=bar_y,
+            mode="lines",
+            line=dict(width=1, color="rgba(47,91,234,.35)"),
+            hoverinfo="skip",
+            showlegend=False,
+        )
+    )
     fig.add_trace(
         go.Scatter(
             x=rows["scheduled_s"],
@@ -174,20 +196,47 @@ def run_timeline(rows: pd.DataFrame) -> go.Figure:
         go.Scatter(x=rows["first_token_s"], y=ys, mode="markers", name="first token", marker=dict(size=6))
     )
     fig.add_trace(go.Scatter(x=rows["finish_s"], y=ys, mode="markers", name="finished", marker=dict(size=6)))
-    for y, (_, r) in enumerate(rows.iterrows()):
-        if pd.notna(r["finish_s"]):
-            fig.add_shape(
-                type="line",
-                x0=r["scheduled_s"],
-                x1=r["finish_s"],
-                y0=y,
-                y1=y,
-                line=dict(width=1, color="rgba(47,91,234,.35)"),
-            )
     fig.update_layout(
         title="Timeline: scheduled → sent → first token → finished",
         xaxis_title="seconds from run start",
         yaxis_title="request (by arrival)",
         height=max(300, 14 * len(rows) + 120),
     )
+    return fig
+
+
+CAPACITY_METRICS = {
+    "attainment": ("SLO attainment vs offered rate", "share of requests within deadline", 1.0),
+    "p95_tpot_s": ("p95 TPOT vs offered rate", "ms per token", 1000.0),
+    "p95_e2e_s": ("p95 end-to-end vs offered rate", "seconds", 1.0),
+}
+
+
+def capacity_curve(capacity: dict, *, metric: str) -> go.Figure:
+    """One line per arm (each repeat's steps pooled, by offered rate multiplier, log x) of one
+    capacity-search statistic, the SLO's bound drawn as a dashed line and each arm's capacity as a
+    dotted vertical line. ``capacity`` is the comparison's ``capacity`` section."""
+    title, unit, scale = CAPACITY_METRICS[metric]
+    fig = go.Figure()
+    for arm in capacity.get("arms") or []:
+        points = sorted(
+            (p for p in arm.get("steps") or [] if p.get(metric) is not None), key=lambda p: p["rate_multiplier"]
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[p["rate_multiplier"] for p in points],
+                y=[p[metric] * scale for p in points],
+                mode="lines+markers",
+                name=str(arm.get("arm")),
+                marker=dict(symbol=["circle" if p.get("passed") else "x" for p in points]),
+                text=[f"repeat {p['repeat']} step {p['step']}: {'pass' if p.get('passed') else 'fail'}" for p in points],
+            )
+        )
+        if arm.get("rate_multiplier") is not None:
+            fig.add_vline(x=arm["rate_multiplier"], line_dash="dot", line_width=1, opacity=0.5)
+    bound = (capacity.get("slo") or {}).get(metric)
+    if bound is not None:
+        fig.add_hline(y=bound * scale, line_dash="dash", line_color="firebrick", annotation_text="SLO")
+    fig.update_layout(title=title, xaxis_title="offered rate (x the trace's arrival rate)", yaxis_title=unit)
+    fig.update_xaxes(type="log")
     return fig

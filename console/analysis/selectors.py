@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
+from django.db.models import BinaryField, ExpressionWrapper, F
 
+from console.analysis.arrays import unpack_many
 from console.analysis.models import ComparisonCache, RequestResult, RunTelemetry
 from console.experiments.models import Experiment, Run
+from console.jsonutil import json_safe
 
 # RequestResult fields (or trace_request__ lookups) -> analysis contract column.
 RESULT_FIELDS = {
@@ -36,13 +39,24 @@ RESULT_FIELDS = {
     "error": "error",
     "drafted": "drafted",
     "accepted": "accepted",
+    "spec_totals": "spec_totals",
     "trace_request__response_format": "response_format",
     "trace_request__tools": "tools",
+    "trace_request__session_id": "session_id",
+    "trace_request__turn": "turn",
     "json_valid": "json_valid",
     "schema_valid": "schema_valid",
     "tool_call_valid": "tool_call_valid",
 }
-RUN_LEVEL = ("arm", "is_baseline", "load", "rate_multiplier", "repeat")
+# The packed array fields (``console.analysis.arrays``) and their kind.
+ARRAY_FIELDS = {
+    "chunk_times": "float",
+    "chunk_tokens": "int",
+    "output_token_ids": "int",
+    "drafted": "int",
+    "accepted": "int",
+}
+RUN_LEVEL = ("arm", "is_baseline", "load", "rate_multiplier", "repeat", "engine")
 REQUEST_COLUMNS = ["run_id", *RUN_LEVEL, *[c for c in RESULT_FIELDS.values() if c != "run_id"]]
 RUN_COLUMNS = [
     "run_id",
@@ -54,7 +68,36 @@ RUN_COLUMNS = [
     "mean_util",
     "energy_j",
     "accelerator_count",
+    "spec_counters",
 ]
+
+
+def _results_frame(*, run_ids: list[int]) -> pd.DataFrame:
+    """The result rows of ``run_ids`` as a frame with ``RESULT_FIELDS``' columns. The packed
+    arrays come back as raw bytes (no per-row decoding through the ORM) and are unpacked per
+    column at once; each row's cell is a 1-d numpy array (float64 or int64)."""
+    scalar = [f for f in RESULT_FIELDS if f not in ARRAY_FIELDS]
+    raw = {f"_raw_{name}": ExpressionWrapper(F(name), output_field=BinaryField()) for name in ARRAY_FIELDS}
+    records = (
+        RequestResult.objects.filter(run_id__in=run_ids)
+        .annotate(**raw)
+        .order_by("run_id", "scheduled_s", "pk")
+        .values_list(*scalar, *raw)
+    )
+    rows = list(records.iterator(chunk_size=5000))
+    columns = [RESULT_FIELDS[f] for f in scalar]
+    frame = pd.DataFrame.from_records(rows, columns=[*columns, *ARRAY_FIELDS], nrows=len(rows))
+    for name, kind in ARRAY_FIELDS.items():
+        frame[RESULT_FIELDS[name]] = pd.Series(_arrays(frame[name].tolist(), kind=kind), dtype=object) if rows else []
+    return frame[list(RESULT_FIELDS.values())]
+
+
+def _arrays(blobs: list, *, kind: str) -> list[np.ndarray]:
+    """Packed arrays -> one read-only numpy view per row over a single decoded column (no Python
+    object per value): ``metrics`` flattens them back with one ``np.concatenate``."""
+    flat, lens = unpack_many(blobs, kind=kind)
+    flat.flags.writeable = False
+    return np.split(flat, np.cumsum(lens)[:-1]) if len(lens) else []
 
 
 def _nan(value) -> float:
@@ -68,17 +111,18 @@ def results_frames(*, runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
     finish times and a non-empty ``error``.
     """
     run_by_id = {r.pk: r for r in runs}
-    records = RequestResult.objects.filter(run_id__in=list(run_by_id)).values_list(*RESULT_FIELDS)
-    frame = pd.DataFrame.from_records(
-        list(records.iterator(chunk_size=5000)), columns=list(RESULT_FIELDS.values())
-    )
+    frame = _results_frame(run_ids=list(run_by_id))
     for column in ("sent_s", "first_token_s", "finish_s"):
         frame[column] = frame[column].astype(float)  # None -> NaN for failed requests
     frame["prompt_tokens"] = frame["prompt_tokens"].fillna(0).astype(int)
     frame["error"] = frame["error"].where(frame["error"].astype(bool), None)
     frame["output_text"] = frame["output_text"].fillna("")
+    # a request outside any session is a session of one turn: its own id, turn 0
+    frame["session_id"] = frame["session_id"].where(frame["session_id"].astype(bool), frame["request_id"])
+    frame["turn"] = frame["turn"].fillna(0).astype(int)
     run_level = {
         "arm": {pk: r.arm.label for pk, r in run_by_id.items()},
+        "engine": {pk: r.experiment.engine for pk, r in run_by_id.items()},
         "is_baseline": {pk: r.arm.is_baseline for pk, r in run_by_id.items()},
         "load": {pk: r.load_label for pk, r in run_by_id.items()},
         "rate_multiplier": {pk: r.rate_multiplier for pk, r in run_by_id.items()},
@@ -106,6 +150,7 @@ def results_frames(*, runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
                 _nan(t.mean_util if t else None),
                 _nan(t.energy_j if t else None),
                 gpus if run.queue == "gpu" else 1,
+                (t.counters or None) if t is not None else None,
             )
         )
     return requests, pd.DataFrame.from_records(run_rows, columns=RUN_COLUMNS)
@@ -114,41 +159,121 @@ def results_frames(*, runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
 def experiment_finished_runs(*, experiment: Experiment) -> list[Run]:
     return list(
         Run.objects.filter(experiment=experiment, status=Run.Status.DONE)
-        .select_related("arm")
+        .select_related("arm", "experiment")
         .order_by("order")
     )
 
 
+def experiment_cross_vocabulary_arms(*, experiment: Experiment) -> list[str]:
+    """Labels of the arms whose runs recorded a draft with another vocabulary than the target's
+    (``spec.draft_cross_vocabulary``), in arm order."""
+    from console.analysis.comparison.spec import draft_cross_vocabulary
+
+    flagged: dict[str, int] = {}
+    for label, position, versions in Run.objects.filter(experiment=experiment).values_list(
+        "arm__label", "arm__position", "versions"
+    ):
+        if draft_cross_vocabulary(versions):
+            flagged[label] = position
+    return sorted(flagged, key=lambda label: flagged[label])
+
+
 def _cache_key(experiment: Experiment, runs: list[Run], version: int) -> str:
     ident = [(r.pk, r.attempt, r.finished_at.isoformat() if r.finished_at else None) for r in runs]
-    params = [experiment.deadlines, experiment.cost_per_hour_usd, experiment.power_price_usd_per_kwh, version]
-    return hashlib.sha256(json.dumps([ident, params], default=str).encode()).hexdigest()
+    # The parameters as stored (an instance fresh from a form may hold 1 where the row holds 1.0).
+    stored = (
+        Experiment.objects.filter(pk=experiment.pk)
+        .values_list("deadlines", "cost_per_hour_usd", "power_price_usd_per_kwh", "endpoints")
+        .first()
+    )
+    params = [*(stored or ()), version]
+    return hashlib.sha256(json.dumps([ident, params], default=str, sort_keys=True).encode()).hexdigest()
 
 
-COMPARISON_VERSION = 1
+# The schema's version, then a count of additive changes to what is stored (3: "speculation",
+# 4: "kv", 5: every slice's intervals, slice CDFs, first divergences, 6: graded correctness, which
+# changes success, 7: "sessions", 8: accelerator-hours on busy time, "cost_basis", which changes
+# every cost, 9: "capacity" from the capacity-search steps, which leave the matrix's loads,
+# "cost_basis" "capacity" where a search ran, "load_weights"): a new count recomputes older
+# stored comparisons.
+COMPARISON_VERSION = 9
 
 
-def comparison_for_experiment(*, experiment: Experiment, n_boot: int = 1000) -> dict | None:
-    """The experiment's comparison summary, computed once per set of finished runs and cached.
+def comparison_key(*, experiment: Experiment, runs: list[Run] | None = None) -> str:
+    """The identity of the comparison the finished runs call for (their ids, attempts, finish
+    times, and the experiment's parameters)."""
+    runs = experiment_finished_runs(experiment=experiment) if runs is None else runs
+    return _cache_key(experiment, runs, COMPARISON_VERSION)
 
-    None when no baseline run has finished yet.
-    """
+
+def comparison_state(*, experiment: Experiment) -> str:
+    """``"ready"`` (stored and current), ``"stale"`` (stored for other runs: being recomputed),
+    ``"missing"`` (not computed yet) or ``"no baseline"`` (no finished baseline run)."""
     runs = experiment_finished_runs(experiment=experiment)
     if not any(r.arm.is_baseline for r in runs):
+        return "no baseline"
+    cached = ComparisonCache.objects.filter(experiment=experiment).values_list("key", flat=True).first()
+    if not cached:  # no row, or one holding only the progress of a first computation
+        return "missing"
+    return "ready" if cached == comparison_key(experiment=experiment, runs=runs) else "stale"
+
+
+# The stages a comparison computation reports (``comparison_progress``), in order.
+COMPARISON_STAGES = ("loading results", "computing metrics and intervals", "storing")
+
+
+def comparison_progress(*, experiment: Experiment) -> dict | None:
+    """The computation of the experiment's comparison a worker has under way, as it last
+    reported: ``{"stage", "step", "steps", "elapsed_s"}`` (step 1-based of ``steps``; seconds
+    since it started). None when none is running."""
+    progress = (
+        ComparisonCache.objects.filter(experiment=experiment).values_list("progress", flat=True).first()
+    )
+    if not progress or not progress.get("started_at"):
         return None
-    key = _cache_key(experiment, runs, COMPARISON_VERSION)
-    cached = ComparisonCache.objects.filter(experiment=experiment).first()
-    if cached is not None and cached.key == key:
-        return cached.data
-    data = comparison_compute_for(experiment=experiment, runs=runs, n_boot=n_boot)
-    ComparisonCache.objects.update_or_create(experiment=experiment, defaults={"key": key, "data": data})
-    return data
+    from django.utils import timezone
+    from django.utils.dateparse import parse_datetime
+
+    started = parse_datetime(progress["started_at"])
+    elapsed = (timezone.now() - started).total_seconds() if started else None
+    return {
+        "stage": progress.get("stage"),
+        "step": progress.get("step"),
+        "steps": progress.get("steps"),
+        "elapsed_s": elapsed,
+    }
 
 
-def comparison_compute_for(*, experiment: Experiment, runs: list[Run], n_boot: int = 1000) -> dict:
-    from console.analysis.stats import comparison_compute
+def comparison_for_experiment(*, experiment: Experiment) -> dict | None:
+    """The stored comparison of the experiment, as the last computation left it (it may be
+    stale: ``comparison_state`` says). Never computes: a task does that when runs finish
+    (``console.analysis.services.comparison_refresh``)."""
+    data = ComparisonCache.objects.filter(experiment=experiment).values_list("data", flat=True).first()
+    return data or None
 
+
+def comparison_compute_for(
+    *, experiment: Experiment, runs: list[Run], n_boot: int, progress: Callable[[str], None] | None = None
+) -> dict:
+    """Compute (never store) the comparison of ``runs``. ``progress`` is called with each stage
+    of ``COMPARISON_STAGES`` as it starts."""
+    from console.analysis.comparison import comparison_compute
+
+    report = progress or (lambda stage: None)
+    report(COMPARISON_STAGES[0])
+    # Capacity-search steps (``Run.capacity_step``) are their own section: each arm's steps run
+    # at its own bisected rates, so they never join the matrix's paired comparisons.
+    steps = [r for r in runs if r.capacity_step is not None]
+    runs = [r for r in runs if r.capacity_step is None]
+    if not any(r.arm.is_baseline for r in runs):
+        raise ValueError(f"experiment {experiment.pk}: no finished baseline run of its matrix yet")
     requests, run_frame = results_frames(runs=runs)
+    capacity_requests = capacity_runs = None
+    if steps and experiment.capacity_search:
+        capacity_requests, capacity_runs = results_frames(runs=steps)
+        capacity_requests["capacity_step"] = capacity_requests["run_id"].map({r.pk: r.capacity_step for r in steps})
+    report(COMPARISON_STAGES[1])
+    references = grading_references(runs=runs + steps)
     arms = list(experiment.arms.select_related("config"))
     baseline = next(a.label for a in arms if a.is_baseline)
     summary = comparison_compute(
@@ -159,12 +284,34 @@ def comparison_compute_for(*, experiment: Experiment, runs: list[Run], n_boot: i
         power_price_usd_per_kwh=experiment.power_price_usd_per_kwh,
         baseline_arm=baseline,
         sweeps=experiment_sweeps(arms=arms),
+        endpoints=experiment.endpoints or None,
         n_boot=n_boot,
+        speculative_arms={a.label for a in arms if not a.is_baseline and a.config.speculative_config},
+        references=references,
+        capacity_search=experiment.capacity_search,
+        capacity_requests=capacity_requests,
+        capacity_runs=capacity_runs,
+        arm_order=[a.label for a in sorted(arms, key=lambda a: a.position)],
     )
     summary["cdf"] = latency_cdf_points(requests, deadlines=experiment.deadlines)
     summary["arm_order"] = [a.label for a in sorted(arms, key=lambda a: a.position)]
     summary["load_order"] = [lv["label"] for lv in experiment.load_levels]
+    # The workload mix the experiment declared (gate criterion 1); empty = none declared.
+    summary["load_weights"] = {
+        lv["label"]: lv["weight"] for lv in experiment.load_levels if lv.get("weight") is not None
+    }
     return json_safe(summary)
+
+
+def grading_references(*, runs: list[Run]) -> dict[str, dict | None]:
+    """The grading reference (``console.analysis.grading.reference_of``) of every request the runs
+    replayed, by request id: one row per trace request, not per result."""
+    from console.analysis.grading import reference_of
+    from console.traces.models import TraceRequest
+
+    used = RequestResult.objects.filter(run_id__in=[r.pk for r in runs]).values("trace_request_id")
+    rows = TraceRequest.objects.filter(pk__in=used).values_list("request_id", "metadata", "prompt")
+    return {rid: reference_of(meta, prompt=prompt) for rid, meta, prompt in rows.iterator(chunk_size=2000)}
 
 
 CDF_POINTS = 101
@@ -206,14 +353,69 @@ def experiment_sweeps(*, arms) -> dict[str, dict[str, int]]:
     return {key.split(" ", 1)[0]: members for key, members in groups.items() if len(members) >= 2}
 
 
-def json_safe(value):
-    """Replace NaN/inf (not valid JSON) by None, recursively, and numpy scalars by Python ones."""
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+def model_catalog_families() -> dict[str, dict]:
+    """The ``hf`` model catalog as the fit assessment reads it: {name: {family, size_bytes}},
+    the family being the first word of the catalog's tokenizer description."""
+    from workers.catalog import CATALOG
+
+    return {
+        name: {"family": m.tokenizer_family.split()[0], "size_bytes": m.size_bytes}
+        for name, m in CATALOG.items()
+    }
+
+
+def experiment_fit_inputs_trace(*, experiment: Experiment) -> dict:
+    """The trace side of the fit assessment, in one light query over the experiment's split:
+    traffic classes, the trace's mean arrival rate (requests/s), and per request its output
+    limit (tokens, capped by the experiment's) and recorded output length (or None)."""
+    from console.analysis.fit import RECORDED_OUTPUT_KEYS, first_token_count
+
+    qs = experiment.trace.requests.all()
+    if experiment.split != "all":
+        qs = qs.filter(split=experiment.split)
+    paths = ["metadata__" + "__".join(p) for p in RECORDED_OUTPUT_KEYS]
+    classes: dict[str, int] = {}
+    limits, recorded = [], []
+    first = last = None
+    rows = qs.values_list("traffic_class", "max_tokens", "arrival_s", *paths)
+    for cls, max_tokens, arrival, *values in rows:
+        classes[cls] = classes.get(cls, 0) + 1
+        limit = min(max_tokens, experiment.output_limit) if experiment.output_limit else max_tokens
+        limits.append(limit)
+        found = first_token_count(values)
+        recorded.append(None if found is None else min(found, limit))
+        first = arrival if first is None else min(first, arrival)
+        last = arrival if last is None else max(last, arrival)
+    n = len(limits)
+    span = (last - first) if n > 1 and last is not None and first is not None else 0.0
+    rate = (n - 1) / span if span > 0 else None
+    return {"classes": classes, "rate_rps": rate, "output_limits": limits, "recorded_output_tokens": recorded}
+
+
+def experiment_fit_assessment(*, experiment: Experiment) -> dict:
+    """The experiment's fit assessment (``console.analysis.fit.fit_assess``): from the trace and
+    the configs before any run, refined by the fit facts the worker cached for each finished
+    baseline run. Reads stored data only."""
+    from console.analysis.fit import FIT_VERSION, fit_assess
+    from console.analysis.models import RunSummary
+
+    arms = list(experiment.arms.select_related("config"))
+    baseline_runs = experiment.runs.filter(status=Run.Status.DONE, arm__is_baseline=True)
+    runs = []
+    summaries = RunSummary.objects.filter(run__in=baseline_runs).order_by("run__order")
+    for data in summaries.values_list("data", flat=True):
+        stats = (data or {}).get("fit")
+        if stats and stats.get("version") == FIT_VERSION:
+            runs.append(stats)
+    pending = baseline_runs.count() - len(runs)
+    result = fit_assess(
+        trace=experiment_fit_inputs_trace(experiment=experiment),
+        engine=experiment.engine,
+        target_model=experiment.target_model,
+        specs=[a.config.speculative_config for a in arms if a.config.speculative_config],
+        load_levels=list(experiment.load_levels or []),
+        runs=runs,
+        catalog=model_catalog_families(),
+    )
+    result["pending_runs"] = pending
+    return result

@@ -11,6 +11,10 @@ The output-length slice is the **baseline's** output length for the same request
 the baseline's rows with that ``request_id``), not each arm's own: a slice must hold the same
 requests in every arm or the paired comparison inside it stops being paired. Requests the
 baseline never answered fall back to their own ``num_output_tokens``.
+
+A session's turn (the 0-based ``turn`` column of multi-turn traces) is a fifth dimension,
+``turn_bucket`` ("0", "1", "2", "3+"), present only when the frame has a ``turn`` column with at
+least two distinct turns: a single-turn trace has nothing to slice by turn.
 """
 
 from __future__ import annotations
@@ -27,6 +31,23 @@ OUTPUT_LENGTH_EDGES: tuple[int, ...] = (0, 32, 128, 512)
 OUTPUT_POSITION_EDGES: tuple[int, ...] = (0, 16, 32, 64, 128, 256, 512)
 
 SLICE_DIMENSIONS: tuple[str, ...] = ("task", "traffic_class", "prompt_bucket", "output_bucket")
+TURN_DIMENSION = "turn_bucket"
+# Turns from this one on share a bucket ("3+"): late turns are few, and a slice needs requests.
+TURN_CAP = 3
+
+
+def slice_dimensions(frame: pd.DataFrame) -> tuple[str, ...]:
+    """The slice dimensions ``frame`` has: the four of ``SLICE_DIMENSIONS``, and the turn bucket
+    when ``slices_assign`` found more than one turn."""
+    has_turns = TURN_DIMENSION in frame and frame[TURN_DIMENSION].dropna().nunique() > 1
+    return (*SLICE_DIMENSIONS, TURN_DIMENSION) if has_turns else SLICE_DIMENSIONS
+
+
+def turn_assign(turns: np.ndarray | pd.Series) -> np.ndarray:
+    """Turn bucket label per 0-based turn index: ``"0"``, ``"1"``, ``"2"``, ``"3+"``; NaN gets None."""
+    arr = np.asarray(turns, dtype=float)
+    out = np.array([None if np.isnan(t) else (str(int(t)) if t < TURN_CAP else f"{TURN_CAP}+") for t in arr], dtype=object)
+    return out
 
 
 def bucket_labels(edges: Sequence[int]) -> list[str]:
@@ -49,7 +70,8 @@ def bucket_assign(values: np.ndarray | pd.Series, *, edges: Sequence[int]) -> np
 
 
 def slices_assign(requests: pd.DataFrame, *, baseline_arm: str | None = None) -> pd.DataFrame:
-    """Return a copy of ``requests`` with ``prompt_bucket`` and ``output_bucket`` columns.
+    """Return a copy of ``requests`` with ``prompt_bucket`` and ``output_bucket`` columns (and
+    ``turn_bucket`` when it has a ``turn`` column).
 
     ``prompt_bucket`` buckets ``prompt_tokens``; ``output_bucket`` buckets the baseline's
     median ``num_output_tokens`` for the request (see module docstring). ``baseline_arm``
@@ -67,4 +89,6 @@ def slices_assign(requests: pd.DataFrame, *, baseline_arm: str | None = None) ->
     else:
         length = own
     out["output_bucket"] = bucket_assign(length.to_numpy(), edges=OUTPUT_LENGTH_EDGES)
+    if "turn" in out:
+        out[TURN_DIMENSION] = turn_assign(out["turn"].to_numpy())
     return out

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
+from ninja import Path, Query, Router
+from pydantic import Field, StrictFloat, StrictInt
 
 from console.accounts import roles
-from console.api import ApiError, api_endpoint, json_body
+from console.api import LONG_TEXT, MAX_ID, ApiError, Id, Open, Strict, access, errors, row_or_404, text
 from console.decisions import selectors, services
-from console.decisions.models import Decision, FrozenDecisionError
+from console.decisions.models import Decision
 
-API_EDITABLE = tuple(f for f in services.EDITABLE_FIELDS if f != "candidate_arm")
+router = Router(tags=["decisions"])
+
+# Non-blank and NUL-free: what the services mean by "give a comment" / "name the metric".
+NON_BLANK = r"^[^\x00]*[^\s\x00][^\x00]*$"
+Number = StrictInt | StrictFloat
+Positive = Annotated[StrictInt, Field(gt=0)] | Annotated[StrictFloat, Field(gt=0)]
 
 
 def decision_payload(decision: Decision, *, full: bool) -> dict[str, Any]:
-    snap = selectors.decision_snapshot(decision=decision)
+    snap = selectors.decision_snapshot_shown(decision=decision)
     names = selectors.decision_names(decision=decision)
     d = snap["decision"]
     out: dict[str, Any] = {
@@ -48,7 +55,7 @@ def decision_payload(decision: Decision, *, full: bool) -> dict[str, Any]:
         "policy": decision.policy,
         "policy_ref": decision.policy_ref,
         "gate": gate,
-        "checklist": decision.checklist,
+        "checklist": d["checklist"],
         "rollback": d["rollback"],
         "signoff": (snap["signoff"] | {"signer": names["signer"]}) if snap["signoff"] else None,
         "supersedes_id": decision.supersedes_id,
@@ -76,95 +83,155 @@ def decision_payload(decision: Decision, *, full: bool) -> dict[str, Any]:
     return out
 
 
+class RollbackTriggerIn(Open):
+    """One rollback trigger: ``metric op threshold`` sustained for ``window_min`` minutes."""
+
+    metric: Annotated[str, Field(pattern=NON_BLANK, max_length=200)]
+    op: Literal[">", ">=", "<", "<="]
+    threshold: Number
+    window_min: Positive = Field(description="minutes")
+    unit: text(40) = ""  # type: ignore[valid-type]
+
+
+class ChecklistAnswerIn(Open):
+    answer: Literal["", "yes", "no"] | None = None  # checklist.YES, checklist.NO
+    note: text(10_000) = ""  # type: ignore[valid-type]
+
+
+class DecisionPatchIn(Strict):
+    """The fields of a draft that may change; a signed decision answers 409."""
+
+    title: Annotated[str, Field(pattern=NON_BLANK, max_length=200)] | None = None
+    proposal: Literal[tuple(Decision.Proposal.values)] | None = None  # type: ignore[valid-type]
+    traffic_class: text(20) | None = None  # type: ignore[valid-type]
+    rationale: text(LONG_TEXT) | None = None  # type: ignore[valid-type]
+    policy: dict[str, Any] | None = None
+    policy_ref: text(500) | None = None  # type: ignore[valid-type]
+    gate_settings: dict[str, Any] | None = None
+    checklist_answers: dict[str, ChecklistAnswerIn] | None = None
+    rollback_triggers: list[RollbackTriggerIn] | None = Field(None, max_length=100)
+    rollback_revert_config: dict[str, Any] | None = None
+    rollback_steps: text(LONG_TEXT) | None = None  # type: ignore[valid-type]
+    rollback_owner: text(200) | None = None  # type: ignore[valid-type]
+    rollback_verification: text(LONG_TEXT) | None = None  # type: ignore[valid-type]
+
+
+class SignoffIn(Strict):
+    verdict: Literal[tuple(services.SIGN_VERDICTS)]  # type: ignore[valid-type]
+    comment: Annotated[str, Field(pattern=NON_BLANK, max_length=LONG_TEXT)]
+    conditions: text(LONG_TEXT) = Field("", description="required with approved_with_conditions")  # type: ignore[valid-type]
+    override_reason: text(LONG_TEXT) = Field("", description="required to approve over a failing gate")  # type: ignore[valid-type]
+
+
+class DecisionOut(Open):
+    id: int
+    title: str
+    status: str
+    proposal: str
+    experiment_id: int
+    traffic_class: str
+    created_at: str
+    url: str
+
+
+class DecisionDetailOut(DecisionOut):
+    rationale: str
+    gate: dict[str, Any]
+    checklist: list[Any]
+    rollback: dict[str, Any]
+    signoff: dict[str, Any] | None
+    archive: dict[str, Any] | None
+    audit: list[dict[str, Any]]
+
+
+class DecisionListOut(Open):
+    decisions: list[DecisionOut]
+
+
+def _signer_guard(request: HttpRequest) -> None:
+    """Who may sign this decision comes before whether the body is well formed: a drafter,
+    editor or submitter gets 403 whatever they send (runs before the body is parsed)."""
+    raw = str((request.resolver_match.kwargs if request.resolver_match else {}).get("id", ""))
+    if not raw.isdigit() or int(raw) > MAX_ID:
+        return  # the path's own validation answers
+    decision = Decision.objects.filter(pk=int(raw)).first()
+    refusal = decision and selectors.decision_sign_refusal(decision=decision, user=request.user)
+    if refusal:
+        raise PermissionDenied(refusal)
+
+
 def _get(pk: int) -> Decision:
-    decision = (
-        Decision.objects.select_related("experiment", "candidate_arm__config", "created_by")
-        .filter(pk=pk)
-        .first()
-    )
-    if decision is None:
-        raise ApiError(404, f"no decision {pk}")
-    return decision
+    rows = Decision.objects.select_related("experiment", "candidate_arm__config", "created_by")
+    return row_or_404(rows, pk, what="decision")
 
 
-@api_endpoint(path="/api/decisions", methods={"GET": "List decisions (filters: status, model)"})
-def decisions_index(request: HttpRequest):
-    qs = selectors.decisions_list(
-        model=request.GET.get("model") or None, status=request.GET.get("status") or None
-    )
+@router.get(
+    "/decisions",
+    response={200: DecisionListOut, **errors(400)},
+    url_name="api-decisions",
+    summary="List decisions",
+)
+def decisions_index(
+    request: HttpRequest,
+    status: Literal[tuple(Decision.Status.values)] | None = Query(None),  # type: ignore[valid-type]
+    model: text(500) | None = Query(None, description="target model"),  # type: ignore[valid-type]
+):
+    qs = selectors.decisions_list(model=model or None, status=status or None)
     return {"decisions": [decision_payload(d, full=False) for d in qs[:500]]}
 
 
-@api_endpoint(
-    path="/api/decisions/{id}",
-    methods={
-        "GET": "A decision: gate, checklist, rollback plan, sign-off, archive hashes",
-        "PATCH": "Edit a draft",
-    },
-    capability={"PATCH": roles.DRAFT_DECISION},
+@router.get(
+    "/decisions/{id}",
+    response={200: DecisionDetailOut, **errors(400, 404)},
+    url_name="api-decision",
+    summary="A decision: gate, checklist, rollback plan, sign-off, archive hashes",
 )
-def decision_item(request: HttpRequest, pk: int):
-    decision = _get(pk)
-    if request.method == "PATCH":
-        body = json_body(request)
-        if not isinstance(body, dict):
-            raise ApiError(400, "send a JSON object of fields to change")
-        unknown = set(body) - set(API_EDITABLE)
-        if unknown:
-            raise ApiError(400, f"not editable: {', '.join(sorted(unknown))}")
-        try:
-            decision = services.decision_update(
-                decision=decision,
-                actor=request.user,
-                changes=body,
-                comparison=selectors.decision_comparison(experiment=decision.experiment),
-            )
-        except FrozenDecisionError as exc:
-            raise ApiError(409, str(exc)) from None
-        except services.DecisionError as exc:
-            raise ApiError(409 if "only a draft" in str(exc) else 400, str(exc)) from None
+def decision_item(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
+    return decision_payload(_get(id), full=True)
+
+
+@router.patch(
+    "/decisions/{id}",
+    response={200: DecisionDetailOut, **errors(400, 404, 409)},
+    url_name="api-decision",
+    summary="Edit a draft",
+    **access(capability=roles.DRAFT_DECISION),
+)
+def decision_edit(request: HttpRequest, id: Path[Id], payload: DecisionPatchIn):  # type: ignore[valid-type]
+    """Needs permission accounts.draft_decision. 409 once the decision is submitted or signed."""
+    decision = _get(id)
+    changes = payload.model_dump(exclude_unset=True, mode="json")
+    try:
+        decision = services.decision_update(
+            decision=decision,
+            actor=request.user,
+            changes=changes,
+            comparison=selectors.decision_comparison(experiment=decision.experiment),
+        )
+    except services.DecisionError as exc:
+        raise ApiError(409 if "only a draft" in str(exc) else 400, str(exc)) from None
     return decision_payload(_get(decision.pk), full=True)
 
 
-@api_endpoint(
-    path="/api/decisions/{id}/signoff",
-    methods={"POST": "Sign off a submitted decision (approver only)"},
-    capability={"POST": roles.SIGN_DECISION},
-    request_body={
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "required": ["verdict", "comment"],
-                    "properties": {
-                        "verdict": {"enum": ["approved", "rejected", "approved_with_conditions"]},
-                        "comment": {"type": "string"},
-                        "conditions": {"type": "string"},
-                        "override_reason": {"type": "string"},
-                    },
-                }
-            }
-        }
-    },
+@router.post(
+    "/decisions/{id}/signoff",
+    response={200: DecisionDetailOut, **errors(400, 404, 409)},
+    url_name="api-decision-signoff",
+    summary="Sign off a submitted decision (approver only)",
+    **access(capability=roles.SIGN_DECISION, before_body=_signer_guard),
 )
-def decision_signoff(request: HttpRequest, pk: int):
-    decision = _get(pk)
-    body = json_body(request)
-    if not isinstance(body, dict):
-        raise ApiError(400, "send a JSON object with verdict and comment")
+def decision_signoff(request: HttpRequest, id: Path[Id], payload: SignoffIn):  # type: ignore[valid-type]
+    """Needs permission accounts.sign_decision; an approver cannot sign what they drafted (403)."""
+    decision = _get(id)
     try:
         decision = services.decision_sign(
             decision=decision,
             signer=request.user,
-            verdict=str(body.get("verdict") or ""),
-            comment=str(body.get("comment") or ""),
-            conditions=str(body.get("conditions") or ""),
-            override_reason=str(body.get("override_reason") or ""),
+            verdict=payload.verdict,
+            comment=payload.comment,
+            conditions=payload.conditions,
+            override_reason=payload.override_reason,
         )
-    except PermissionDenied as exc:
-        raise ApiError(403, str(exc)) from None
-    except FrozenDecisionError as exc:
-        raise ApiError(409, str(exc)) from None
     except services.DecisionError as exc:
         raise ApiError(400, str(exc)) from None
     return decision_payload(_get(decision.pk), full=True)

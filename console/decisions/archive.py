@@ -18,6 +18,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from console import jsonutil
+
 GENESIS = "0" * 64
 BUNDLE_SCHEMA = "specreview.decision-bundle/1"
 
@@ -41,25 +43,9 @@ def _normalise(value: Any) -> Any:
     raise TypeError(f"not JSON-serialisable in a bundle: {type(value).__name__}")
 
 
-def json_safe(value: Any) -> Any:
-    """``value`` with non-finite floats replaced by None and tuples by lists (for JSON columns,
-    which cannot hold NaN)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, str | bytes):
-        return json_safe(value.item())
-    return value
-
-
 def canonical_json(value: Any) -> str:
     """The canonical text of ``value`` (see module docstring)."""
-    return json.dumps(
-        _normalise(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return jsonutil.canonical_json(_normalise(value))
 
 
 def sha256_text(text: str) -> str:

@@ -10,7 +10,12 @@ Evidence (built by ``selectors.decision_evidence``): ``trace`` (``name``, ``sha2
 ``target_model``, ``engine_args``, ``speculative_config``), ``experiment_sampling``, ``versions``
 ({arm: {library: version}}), ``structured`` ({"response_format": n, "tools": n} request counts),
 ``stats_reported`` (set of ``pNN`` stats in the comparison), ``acceptance_by_task`` (bool),
-``facts`` (the gate facts), ``rollback`` (the plan).
+``facts`` (the gate facts), ``rollback`` (the plan), ``configs`` ([{arm, content_hash, ...}]),
+``fit`` (the experiment's fit assessment, ``console.analysis.fit``: listed as its own section, one
+row per condition, informational).
+
+A question in ``CONDITIONAL`` is asked only when the evidence calls for it: the separate gate of a
+cross-vocabulary draft appears only when the candidate's runs recorded one.
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from console.analysis.comparison.spec import draft_cross_vocabulary
+
 YES, NO = "yes", "no"
+FIT_SECTION = "fit"  # items of the fit-assessment section: evidence to read, never answered
 
 QUESTIONS: tuple[tuple[str, str], ...] = (
     ("production_traces", "The benchmark used production traces (and says whether content was paired)"),
@@ -33,7 +41,22 @@ QUESTIONS: tuple[tuple[str, str], ...] = (
     ),
     ("changes_alone", "The change was evaluated alone (no quantization or sampling change combined with it)"),
     ("rollback_plan", "A rollback plan is present"),
+    (
+        "cross_vocabulary_gate",
+        "The candidate's cross-vocabulary draft is judged by a separate gate (greedy-only on hf)",
+    ),
 )
+CONDITIONAL: frozenset[str] = frozenset({"cross_vocabulary_gate"})
+
+
+def _candidate_label(evidence: Mapping[str, Any]) -> str | None:
+    cand = evidence.get("candidate") or {}
+    if not cand.get("content_hash"):
+        return None
+    return next(
+        (str(c.get("arm")) for c in evidence.get("configs") or [] if c.get("content_hash") == cand["content_hash"]),
+        None,
+    )
 
 
 def trigger_valid(trigger: Any) -> bool:
@@ -128,12 +151,17 @@ def checklist_prefill(evidence: Mapping[str, Any]) -> list[dict[str, Any]]:
     )
 
     memory = facts.get("memory")
-    put("memory_impact", YES if memory else NO, "peak memory per arm measured" if memory else "not measured")
+    if facts.get("kv"):  # an engine that preallocates its KV cache: what the drafter takes from it
+        put("memory_impact", YES, "KV capacity and preemptions per arm measured")
+    else:
+        put("memory_impact", YES if memory else NO, "peak memory per arm measured" if memory else "not measured")
 
     quality = facts.get("quality")
-    if quality:
-        n = sum(sum((s.get("regressions") or {}).values()) for s in quality.get("slices") or [])
-        put("quality_results", YES, f"{len(quality['slices'])} slices checked, {n} regressions")
+    if quality and any(int(c.get("n") or 0) for c in quality.get("checks") or []):
+        checks = quality.get("checks") or []
+        n = sum(int(c.get("regressions") or 0) for c in checks)
+        tasks = {c.get("slice") for c in checks}
+        put("quality_results", YES, f"{len(tasks)} tasks checked, {n} regressions")
     else:
         put("quality_results", NO, "no quality-equivalence results")
 
@@ -173,7 +201,48 @@ def checklist_prefill(evidence: Mapping[str, Any]) -> list[dict[str, Any]]:
         if missing
         else "triggers, revert config, steps, owner, verification",
     )
-    return [items[key] for key, _ in QUESTIONS]
+    label = _candidate_label(evidence)
+    if label is not None and draft_cross_vocabulary((evidence.get("versions") or {}).get(label)):
+        put(
+            "cross_vocabulary_gate",
+            None,
+            f"arm {label} drafts with a model whose tokenizer differs from the target's (universal assisted "
+            "generation): the hf engine runs it greedy-only, and its exact-match check means nothing under "
+            "sampling; gate it separately from same-vocabulary drafts, on greedy traffic",
+            source="engineer",
+        )
+    return [items[key] for key, _ in QUESTIONS if key in items] + checklist_fit_items(evidence.get("fit") or {})
+
+
+def checklist_fit_items(fit: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The fit-assessment section: one item per condition, its verdict (likely, unlikely,
+    unknown) as the answer and its reason as the detail, then one per traffic class whose
+    generation share is under one half. Informational: they never block a submission."""
+    out = []
+    for c in fit.get("conditions") or []:
+        out.append(
+            {
+                "key": f"fit_{c.get('name')}",
+                "question": f"Fit: {c.get('title')}",
+                "section": FIT_SECTION,
+                "source": "evidence",
+                "answer": c.get("verdict"),
+                "detail": f"{c.get('reason')} ({fit.get('stage')})",
+            }
+        )
+    for g in fit.get("generation_share") or []:
+        if g.get("warning"):
+            out.append(
+                {
+                    "key": f"fit_generation_share_{g.get('traffic_class')}",
+                    "question": f"Fit: generation share of end-to-end latency, {g.get('traffic_class')}",
+                    "section": FIT_SECTION,
+                    "source": "evidence",
+                    "answer": "warning",
+                    "detail": str(g["warning"]),
+                }
+            )
+    return out
 
 
 def checklist_merge(
@@ -192,5 +261,5 @@ def checklist_merge(
 
 
 def checklist_unanswered(items: list[dict[str, Any]]) -> list[str]:
-    """Keys of the items with no answer yet."""
-    return [i["key"] for i in items if i.get("answer") not in (YES, NO)]
+    """Keys of the items with no answer yet (the fit section is read, not answered)."""
+    return [i["key"] for i in items if i.get("section") != FIT_SECTION and i.get("answer") not in (YES, NO)]

@@ -7,11 +7,15 @@ two formats always say the same thing.
 from __future__ import annotations
 
 import io
+import re
+import textwrap
 from typing import Any
 
 from console.decisions import selectors
 from console.decisions.models import ArchiveRecord, Decision
+from console.exports import markdown_block, markdown_code, markdown_inline
 
+_LONG_WORD = re.compile(r"\S{201,}")
 STATUS_LABEL = {"pass": "PASS", "fail": "FAIL", "not_measured": "NOT MEASURED"}
 
 
@@ -33,7 +37,7 @@ def _fmt(value: Any, unit: str = "") -> str:
 
 def decision_document(*, decision: Decision) -> dict[str, Any]:
     """Everything the exports print, as plain data."""
-    snap = selectors.decision_snapshot(decision=decision)
+    snap = selectors.decision_snapshot_shown(decision=decision)
     record = ArchiveRecord.objects.filter(decision=decision).first()
     evidence = selectors.decision_evidence(
         experiment=decision.experiment,
@@ -76,100 +80,115 @@ def decision_document(*, decision: Decision) -> dict[str, Any]:
 
 
 def _md_cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return markdown_inline(text)
 
 
 def decision_markdown(*, decision: Decision) -> str:
+    """The decision as Markdown. Every piece of text a user or a worker wrote goes through
+    ``console.exports`` (``md``: one line, ``md_block``: paragraphs, ``code``: hashes), so no title,
+    comment or note can make a heading, a list, a link or HTML of its own."""
     doc = decision_document(decision=decision)
     d, s = doc["decision"], doc["signoff"]
     gate = d["gate"] or {}
-    out = [f"# Decision #{d['id']}: {d['title']}", ""]
-    out.append(f"- **Status:** {doc['status_label']}")
+    md, md_block, code = markdown_inline, markdown_block, markdown_code
+    out = [f"# Decision #{d['id']}: {md(d['title'])}", ""]
+    out.append(f"- **Status:** {md(doc['status_label'])}")
     out.append(
-        f"- **Proposal:** {doc['proposal_label']}"
-        + (f" (candidate `{doc['names']['candidate_arm']}`)" if d["candidate_arm_id"] else "")
+        f"- **Proposal:** {md(doc['proposal_label'])}"
+        + (f" (candidate {code(doc['names']['candidate_arm'])})" if d["candidate_arm_id"] else "")
     )
-    out.append(f"- **Promised traffic class:** {d['traffic_class']}")
+    out.append(f"- **Promised traffic class:** {md(d['traffic_class'])}")
     out.append(
-        f"- **Experiment:** {doc['experiment']['name']} (#{doc['experiment']['id']}), target {doc['experiment']['target_model']}"
+        f"- **Experiment:** {md(doc['experiment']['name'])} (#{doc['experiment']['id']}), "
+        f"target {md(doc['experiment']['target_model'])}"
     )
-    out.append(f"- **Drafted by:** {doc['names']['created_by']} at {d['created_at']}")
+    out.append(f"- **Drafted by:** {md(doc['names']['created_by'])} at {md(d['created_at'])}")
     if d["supersedes_id"]:
         out.append(f"- **Supersedes:** decision #{d['supersedes_id']}")
     if doc["superseded_by"]:
         out.append(f"- **Superseded by:** decision #{doc['superseded_by']}")
     if d["policy_ref"] or d["policy"]:
         out.append(
-            f"- **Policy:** {d['policy_ref'] or ''} {'(attached in the bundle)' if d['policy'] else ''}"
+            f"- **Policy:** {md(d['policy_ref'] or '')} {'(attached in the bundle)' if d['policy'] else ''}"
         )
-    out += ["", "## Rationale", "", d["rationale"] or "_none_", ""]
-    out += [f"## Release gate: {str(gate.get('overall', 'not computed')).upper()}", ""]
+    out += ["", "## Rationale", "", md_block(d["rationale"]) if d["rationale"] else "_none_", ""]
+    out += [f"## Release gate: {md(str(gate.get('overall', 'not computed')).upper())}", ""]
     out += ["| Criterion | Result | Numbers |", "|---|---|---|"]
     for c in gate.get("criteria") or []:
         nums = "; ".join(f"{n['label']}: {_fmt(n['value'], n.get('unit', ''))}" for n in c["numbers"][:12])
-        out.append(
-            f"| {_md_cell(c['title'])} | **{STATUS_LABEL.get(c['status'], c['status'])}** {_md_cell(c['summary'])} | {_md_cell(nums)} |"
-        )
+        status = md(STATUS_LABEL.get(c["status"], c["status"]))
+        out.append(f"| {_md_cell(c['title'])} | **{status}** {_md_cell(c['summary'])} | {_md_cell(nums)} |")
+    deviations = gate.get("deviations") or []
+    out += ["", "Gate settings that differ from the defaults: " + ("none" if not deviations else "")]
+    for dv in deviations:
+        out.append(f"- {code(dv.get('key'))}: {md(dv.get('value'))} (default {md(dv.get('default'))})")
     out += ["", "## Checklist", "", "| Question | Answer | Evidence / note |", "|---|---|---|"]
     for item in d["checklist"] or []:
         note = item.get("detail", "") + (f" (note: {item['note']})" if item.get("note") else "")
-        out.append(
-            f"| {_md_cell(item['question'])} | {item.get('answer') or 'unanswered'} ({item['source']}) | {_md_cell(note)} |"
-        )
+        answer = f"{item.get('answer') or 'unanswered'} ({item['source']})"
+        out.append(f"| {_md_cell(item['question'])} | {_md_cell(answer)} | {_md_cell(note)} |")
     rb = d["rollback"]
-    out += ["", "## Rollback plan", "", f"- **Owner:** {rb['owner'] or 'unassigned'}", "- **Triggers:**"]
+    out += ["", "## Rollback plan", "", f"- **Owner:** {md(rb['owner'] or 'unassigned')}", "- **Triggers:**"]
     for t in rb["triggers"] or []:
         out.append(
-            f"  - {t.get('metric')} {t.get('op')} {t.get('threshold')} {t.get('unit', '')} for {t.get('window_min')} min"
+            "  - "
+            + md(
+                f"{t.get('metric')} {t.get('op')} {t.get('threshold')} {t.get('unit', '')} "
+                f"for {t.get('window_min')} min"
+            )
         )
     cfg = rb["revert_config"] or {}
     out.append(
-        f"- **Revert to:** {cfg.get('name', '?')} ({cfg.get('engine', '?')} {cfg.get('target_model', '?')}, config sha256 `{cfg.get('content_hash', '?')}`)"
+        f"- **Revert to:** {md(cfg.get('name', '?'))} ({md(cfg.get('engine', '?'))} "
+        f"{md(cfg.get('target_model', '?'))}, config sha256 {code(cfg.get('content_hash', '?'))})"
     )
     out += [
         "",
         "**Steps**",
         "",
-        rb["steps"] or "_none_",
+        md_block(rb["steps"]) if rb["steps"] else "_none_",
         "",
         "**Verify the rollback**",
         "",
-        rb["verification"] or "_none_",
+        md_block(rb["verification"]) if rb["verification"] else "_none_",
         "",
     ]
     out += ["## Sign-off", ""]
     if s:
         out.append(
-            f"- **{s['verdict'].replace('_', ' ')}** by {doc['names']['signer']} ({s['role']}) at {s['signed_at']}"
+            f"- **{md(s['verdict'].replace('_', ' '))}** by {md(doc['names']['signer'])} "
+            f"({md(s['role'])}) at {md(s['signed_at'])}"
         )
-        out.append(f"- Comment: {s['comment']}")
+        out.append(f"- Comment: {md(s['comment'])}")
         if s["conditions"]:
-            out.append(f"- Conditions: {s['conditions']}")
+            out.append(f"- Conditions: {md(s['conditions'])}")
         if s["override_reason"]:
-            out.append(f"- **Gate override:** {s['override_reason']}")
+            out.append(f"- **Gate override:** {md(s['override_reason'])}")
     else:
         out.append("_not signed_")
     out += ["", "## Evidence", ""]
     out.append(
-        f"- Trace `{doc['trace']['name']}` sha256 `{doc['trace']['sha256']}`"
-        + (f", content paired from {doc['trace']['paired_with']}" if doc["trace"]["paired_with"] else "")
+        f"- Trace {md(doc['trace']['name'])} sha256 {code(doc['trace']['sha256'])}"
+        + (f", content paired from {md(doc['trace']['paired_with'])}" if doc["trace"]["paired_with"] else "")
     )
     for c in doc["configs"]:
         out.append(
-            f"- Config `{c['arm']}`{' (baseline)' if c['is_baseline'] else ''}: {c['engine']} {c['target_model']}, sha256 `{c['content_hash']}`"
+            f"- Config {code(c['arm'])}{' (baseline)' if c['is_baseline'] else ''}: {md(c['engine'])} "
+            f"{md(c['target_model'])}, sha256 {code(c['content_hash'])}"
         )
     for arm, vs in sorted(doc["versions"].items()):
-        out.append(f"- Versions ({arm}): " + ", ".join(f"{k} {v}" for k, v in sorted(vs.items())))
+        out.append(f"- Versions ({md(arm)}): " + md(", ".join(f"{k} {v}" for k, v in sorted(vs.items()))))
     for arm, hw in sorted(doc["hardware"].items()):
-        out.append(f"- Hardware ({arm}): " + ", ".join(f"{k} {v}" for k, v in sorted(hw.items())))
+        out.append(f"- Hardware ({md(arm)}): " + md(", ".join(f"{k} {v}" for k, v in sorted(hw.items()))))
     if doc["archive"]:
         a = doc["archive"]
         out.append(
-            f"- Archive record #{a['sequence']}: bundle sha256 `{a['bundle_sha256']}`, record sha256 `{a['record_sha256']}`, previous `{a['previous_sha256']}`"
+            f"- Archive record #{a['sequence']}: bundle sha256 {code(a['bundle_sha256'])}, "
+            f"record sha256 {code(a['record_sha256'])}, previous {code(a['previous_sha256'])}"
         )
     out += ["", "## Audit trail", ""]
     for e in doc["events"]:
-        out.append(f"- {e['at']} {e['action']} by {e['actor']} ({e['role']})")
+        out.append(f"- {md(e['at'])} {md(e['action'])} by {md(e['actor'])} ({md(e['role'])})")
     return "\n".join(out) + "\n"
 
 
@@ -190,6 +209,15 @@ def decision_pdf(*, decision: Decision) -> bytes:
     small = styles["BodyText"].clone("small", fontSize=8, leading=10)
     P = lambda text, style=small: Paragraph(escape(str(text)).replace("\n", "<br/>"), style)  # noqa: E731
 
+    def text_block(label: str, text: str, style=styles["BodyText"]) -> list[Any]:
+        """Free text as one paragraph per line, outside any table: a paragraph splits across pages,
+        so no comment is too long to print. A "word" over 200 characters is cut every 40 (reportlab
+        breaks one that long in quadratic time: a 200,000-character one took 20 s, cut 5 s)."""
+        text = _LONG_WORD.sub(lambda m: " ".join(textwrap.wrap(m.group(), 40)), str(text))
+        lines = text.replace("\r\n", "\n").split("\n")
+        first = Paragraph(f"<b>{escape(label)}</b> " + escape(lines[0]), style)
+        return [first] + [Paragraph(escape(line), style) for line in lines[1:] if line.strip()]
+
     def table(
         rows: list[list[Any]], widths: list[float], status_col: int | None = None, header: bool = True
     ) -> Table:
@@ -197,6 +225,7 @@ def decision_pdf(*, decision: Decision) -> bytes:
             [[P(c) if not isinstance(c, Paragraph) else c for c in r] for r in rows],
             colWidths=widths,
             repeatRows=1 if header else 0,
+            splitInRow=1,  # a cell taller than a page (a long note) continues on the next one
         )
         style = [
             ("GRID", (0, 0), (-1, -1), 0.4, colors.HexColor("#98a2b3")),
@@ -238,7 +267,7 @@ def decision_pdf(*, decision: Decision) -> bytes:
     if doc["superseded_by"]:
         facts.append(["Superseded by", f"decision #{doc['superseded_by']}"])
     story += [table(facts, [35 * mm, 140 * mm], header=False), Spacer(1, 4 * mm)]
-    story += [Paragraph("Rationale", styles["Heading2"]), P(d["rationale"] or "none", styles["BodyText"])]
+    story += [Paragraph("Rationale", styles["Heading2"]), *text_block("", d["rationale"] or "none")]
     story.append(
         Paragraph(f"Release gate: {str(gate.get('overall', 'not computed')).upper()}", styles["Heading2"])
     )
@@ -249,6 +278,14 @@ def decision_pdf(*, decision: Decision) -> bytes:
             [c["title"], f"{STATUS_LABEL.get(c['status'], c['status'])}\n{c['summary']}", nums or "-"]
         )
     story.append(table(rows, [45 * mm, 55 * mm, 75 * mm], status_col=1))
+    deviations = gate.get("deviations") or []
+    story.append(
+        P(
+            "Gate settings that differ from the defaults: "
+            + ("; ".join(f"{dv.get('key')} = {dv.get('value')} (default {dv.get('default')})" for dv in deviations) or "none"),
+            styles["BodyText"],
+        )
+    )
     story.append(Paragraph("Checklist", styles["Heading2"]))
     rows = [["Question", "Answer", "Evidence / note"]]
     for item in d["checklist"] or []:
@@ -274,25 +311,22 @@ def decision_pdf(*, decision: Decision) -> bytes:
         P(
             f"Revert to: {cfg.get('name', '?')} ({cfg.get('engine', '?')} {cfg.get('target_model', '?')}), config sha256 {cfg.get('content_hash', '?')}"
         ),
-        P("Steps:\n" + (rb["steps"] or "none"), styles["BodyText"]),
-        P("Verify the rollback:\n" + (rb["verification"] or "none"), styles["BodyText"]),
+        *text_block("Steps:", "\n" + (rb["steps"] or "none")),
+        *text_block("Verify the rollback:", "\n" + (rb["verification"] or "none")),
     ]
     story.append(Paragraph("Sign-off", styles["Heading2"]))
     if s:
         rows = [
-            ["Verdict", "Signer", "Time", "Comment"],
-            [
-                s["verdict"].replace("_", " "),
-                f"{doc['names']['signer']} ({s['role']})",
-                s["signed_at"],
-                s["comment"],
-            ],
+            ["Verdict", "Signer", "Time"],
+            [s["verdict"].replace("_", " "), f"{doc['names']['signer']} ({s['role']})", s["signed_at"]],
         ]
-        story.append(table(rows, [35 * mm, 35 * mm, 40 * mm, 65 * mm]))
+        story.append(table(rows, [45 * mm, 70 * mm, 60 * mm]))
+        story.append(Spacer(1, 2 * mm))
+        story += text_block("Comment:", s["comment"])
         if s["conditions"]:
-            story.append(P(f"Conditions: {s['conditions']}", styles["BodyText"]))
+            story += text_block("Conditions:", s["conditions"])
         if s["override_reason"]:
-            story.append(P(f"GATE OVERRIDE: {s['override_reason']}", styles["BodyText"]))
+            story += text_block("GATE OVERRIDE:", s["override_reason"])
     else:
         story.append(P("Not signed.", styles["BodyText"]))
     story.append(Paragraph("Evidence", styles["Heading2"]))

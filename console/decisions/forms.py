@@ -10,8 +10,10 @@ from django import forms
 
 from console.decisions import checklist as checklist_mod
 from console.decisions import gate
+from console.decisions.limits import NOTE_MAX_CHARS, TEXT_MAX_CHARS
 from console.decisions.models import Decision
 from console.experiments.models import Arm, Experiment
+from console.exports import site_path_problem
 from console.policies.models import SlicePolicy
 from console.traces.models import TRAFFIC_CLASSES
 
@@ -40,6 +42,8 @@ def triggers_parse(text: str) -> list[dict[str, Any]]:
         metric, op, threshold, unit, window = parts
         if not metric:
             raise forms.ValidationError(f"line {n}: name the metric")
+        if len(metric) > 200 or len(unit) > 40:
+            raise forms.ValidationError(f"line {n}: the metric has at most 200 characters, the unit 40")
         if op not in TRIGGER_OPS:
             raise forms.ValidationError(f"line {n}: the comparison must be one of {' '.join(TRIGGER_OPS)}")
         try:
@@ -61,22 +65,37 @@ def triggers_parse(text: str) -> list[dict[str, Any]]:
     return out
 
 
+def _policy_ref_clean(value: str) -> str:
+    problem = site_path_problem(value)
+    if problem:
+        raise forms.ValidationError(problem)
+    return value.strip()
+
+
 class DecisionCreateForm(forms.Form):
     experiment = forms.ModelChoiceField(queryset=Experiment.objects.all())
     title = forms.CharField(max_length=200, required=False)
     proposal = forms.ChoiceField(choices=Decision.Proposal.choices)
     candidate_arm = forms.ModelChoiceField(queryset=Arm.objects.filter(is_baseline=False), required=False)
     traffic_class = forms.ChoiceField(choices=[(c, c) for c in TRAFFIC_CLASSES])
-    rationale = forms.CharField(widget=forms.Textarea, required=False)
+    rationale = forms.CharField(widget=forms.Textarea, required=False, max_length=TEXT_MAX_CHARS)
     slice_policy = forms.ModelChoiceField(
         queryset=SlicePolicy.objects.all(),
         required=False,
         help_text="for enable_for_slice: a policy fitted on this experiment's train split (frozen into the evidence)",
     )
-    policy_ref = forms.CharField(max_length=500, required=False, label="Policy (link or name)")
+    policy_ref = forms.CharField(
+        max_length=500,
+        required=False,
+        label="Policy (link or name)",
+        help_text="a path on this site (/policies/12/) or a name",
+    )
     supersedes = forms.ModelChoiceField(
         queryset=Decision.objects.filter(status__in=Decision.SIGNED_STATUSES), required=False
     )
+
+    def clean_policy_ref(self) -> str:
+        return _policy_ref_clean(self.cleaned_data.get("policy_ref") or "")
 
     def clean(self):
         data = super().clean()
@@ -96,8 +115,10 @@ class DecisionEditForm(forms.Form):
     proposal = forms.ChoiceField(choices=Decision.Proposal.choices)
     candidate_arm = forms.ModelChoiceField(queryset=Arm.objects.none(), required=False)
     traffic_class = forms.ChoiceField(choices=[(c, c) for c in TRAFFIC_CLASSES])
-    rationale = forms.CharField(widget=forms.Textarea, required=False)
-    policy_ref = forms.CharField(max_length=500, required=False)
+    rationale = forms.CharField(widget=forms.Textarea, required=False, max_length=TEXT_MAX_CHARS)
+    policy_ref = forms.CharField(
+        max_length=500, required=False, help_text="a path on this site (/policies/12/) or a name"
+    )
     policy = forms.CharField(widget=forms.Textarea, required=False, help_text="the slice policy as JSON")
     loads_in_scope = forms.CharField(
         required=False, help_text="comma-separated load labels the proposal covers (empty: all)"
@@ -105,9 +126,9 @@ class DecisionEditForm(forms.Form):
     memory_fraction = forms.FloatField(min_value=0.01, max_value=1.0, required=False)
     memory_capacity_gib = forms.FloatField(min_value=0, required=False, label="Memory capacity (GiB)")
     rollback_triggers = forms.CharField(widget=forms.Textarea, required=False)
-    rollback_steps = forms.CharField(widget=forms.Textarea, required=False)
+    rollback_steps = forms.CharField(widget=forms.Textarea, required=False, max_length=TEXT_MAX_CHARS)
     rollback_owner = forms.CharField(max_length=200, required=False)
-    rollback_verification = forms.CharField(widget=forms.Textarea, required=False)
+    rollback_verification = forms.CharField(widget=forms.Textarea, required=False, max_length=TEXT_MAX_CHARS)
 
     def __init__(self, *args: Any, decision: Decision, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -122,6 +143,8 @@ class DecisionEditForm(forms.Form):
             )
         for item in decision.checklist or []:
             key = item["key"]
+            if item.get("section") == checklist_mod.FIT_SECTION:
+                continue  # evidence to read, not a question: nothing to answer or note
             if item["source"] == "engineer":
                 self.fields[f"check_{key}"] = forms.ChoiceField(
                     label=item["question"],
@@ -129,7 +152,9 @@ class DecisionEditForm(forms.Form):
                     required=False,
                     help_text=item.get("detail", ""),
                 )
-            self.fields[f"note_{key}"] = forms.CharField(required=False, label=f"Note: {item['question']}")
+            self.fields[f"note_{key}"] = forms.CharField(
+                required=False, max_length=NOTE_MAX_CHARS, label=f"Note: {item['question']}"
+            )
 
     @staticmethod
     def initial_for(decision: Decision) -> dict[str, Any]:
@@ -157,6 +182,9 @@ class DecisionEditForm(forms.Form):
             initial[f"note_{key}"] = given.get("note") or ""
         return initial
 
+    def clean_policy_ref(self) -> str:
+        return _policy_ref_clean(self.cleaned_data.get("policy_ref") or "")
+
     def clean_rollback_triggers(self):
         return triggers_parse(self.cleaned_data.get("rollback_triggers") or "")
 
@@ -182,7 +210,7 @@ class DecisionEditForm(forms.Form):
     def changes(self) -> dict[str, Any]:
         """The service's ``changes`` for the cleaned form."""
         data = self.cleaned_data
-        settings = dict(self.decision.gate_settings or {})
+        settings = {k: v for k, v in (self.decision.gate_settings or {}).items() if k in gate.DEFAULT_SETTINGS}
         settings["loads_in_scope"] = data.get("loads_in_scope") or []
         if data.get("memory_fraction") is not None:
             settings["memory_fraction"] = data["memory_fraction"]
@@ -220,9 +248,9 @@ class SignOffForm(forms.Form):
             (Decision.Status.REJECTED, "Reject"),
         ]
     )
-    comment = forms.CharField(widget=forms.Textarea)
-    conditions = forms.CharField(widget=forms.Textarea, required=False)
-    override_reason = forms.CharField(widget=forms.Textarea, required=False)
+    comment = forms.CharField(widget=forms.Textarea, max_length=TEXT_MAX_CHARS)
+    conditions = forms.CharField(widget=forms.Textarea, required=False, max_length=TEXT_MAX_CHARS)
+    override_reason = forms.CharField(widget=forms.Textarea, required=False, max_length=TEXT_MAX_CHARS)
 
 
 class ArchiveFilterForm(forms.Form):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,6 +12,8 @@ from django.db.models import Q, QuerySet
 from console.decisions import archive
 from console.decisions.models import ArchiveRecord, AuditEvent, Decision
 from console.experiments.models import Arm, Experiment
+from console.jsonutil import json_safe
+from workers.engines.redaction import config_redact, document_redact
 
 
 def decision_comparison(*, experiment: Experiment) -> dict[str, Any] | None:
@@ -71,16 +74,59 @@ def decision_events(*, decision: Decision) -> QuerySet[AuditEvent]:
     return decision.events.select_related("actor").order_by("at", "id")
 
 
+# What each audit action makes its actor, for separation of duties (see docs/authorization.md).
+_PARTICIPATION: dict[str, str] = {
+    AuditEvent.Action.CREATED: "drafted",
+    AuditEvent.Action.EDITED: "edited",
+    AuditEvent.Action.SUBMITTED: "submitted",
+}
+
+
+def decision_participants(*, decision: Decision) -> dict[int, list[str]]:
+    """Who shaped ``decision`` before sign-off: user id -> what they did ("drafted", "edited",
+    "submitted", in that order), from the drafter column and the append-only audit trail.
+    Every edit counts, even one that changed no field: saving recomputes the gate."""
+    out: dict[int, list[str]] = {decision.created_by_id: ["drafted"]}
+    actions = decision.events.filter(action__in=list(_PARTICIPATION)).values_list("actor_id", "action")
+    for actor_id, action in actions:
+        role = _PARTICIPATION[action]
+        done = out.setdefault(actor_id, [])
+        if role not in done:
+            done.append(role)
+    order = list(_PARTICIPATION.values())
+    return {user_id: sorted(done, key=order.index) for user_id, done in out.items()}
+
+
+def decision_sign_refusal(*, decision: Decision, user: Any) -> str | None:
+    """Why ``user`` may not sign ``decision`` under separation of duties (None: they may, as far
+    as duties go; the role and the status are checked separately). The signer must differ from
+    the drafter, from every editor and from the submitter."""
+    done = decision_participants(decision=decision).get(user.pk)
+    if not done:
+        return None
+    what = done[0] if len(done) == 1 else ", ".join(done[:-1]) + " and " + done[-1]
+    return f"you {what} this decision: someone else must sign"
+
+
 def config_export(config: Any) -> dict[str, Any]:
-    """A ServingConfig as a plain dict, the form the rollback plan and the bundle carry."""
+    """A ServingConfig as a plain dict, the form the rollback plan and the bundle carry; a key a
+    config stored before configs were validated is ``[redacted]`` (``content_hash`` is the
+    stored row's)."""
     return {
         "name": config.name,
         "engine": config.engine,
         "target_model": config.target_model,
-        "engine_args": config.engine_args,
-        "speculative_config": config.speculative_config,
+        "engine_args": config_redact(config.engine_args),
+        "speculative_config": config_redact(config.speculative_config),
         "content_hash": config.content_hash,
     }
+
+
+def decision_snapshot_shown(*, decision: Decision) -> dict[str, Any]:
+    """:func:`decision_snapshot` as pages, the API and exports show it: without keys that rows
+    stored before configs were validated may hold (the raw snapshot stays what the archive
+    check compares)."""
+    return document_redact(decision_snapshot(decision=decision))
 
 
 def experiment_baseline_arm(*, experiment: Experiment) -> Arm | None:
@@ -203,7 +249,7 @@ def decision_snapshot(*, decision: Decision) -> dict[str, Any]:
             "override_reason": signoff.override_reason,
             "signed_at": iso_utc(signoff.signed_at),
         }
-    return archive.json_safe(out)
+    return json_safe(out)
 
 
 def decision_names(*, decision: Decision) -> dict[str, Any]:
@@ -275,9 +321,28 @@ def decision_bundle_text(*, decision: Decision) -> str:
     """The evidence bundle: the archived canonical text once signed, else a provisional one
     (marked ``"provisional": true``) built from the current rows."""
     record = ArchiveRecord.objects.filter(decision=decision).first()
-    if record is not None:
+    if record is None:
+        return archive.canonical_json(
+            document_redact(decision_bundle(decision=decision)) | {"provisional": True}
+        )
+    try:
+        bundle = json.loads(record.bundle)
+    except ValueError:
         return record.bundle
-    return archive.canonical_json(decision_bundle(decision=decision) | {"provisional": True})
+    shown = document_redact(bundle)
+    if shown == bundle:
+        return record.bundle
+    # Archived before configs were validated, with a key inside: shown without it, saying so
+    # (the archive keeps the text its sha256 covers; verify_archive checks that one).
+    return archive.canonical_json(
+        shown | {"redacted": {"archived_bundle_sha256": record.bundle_sha256, "note": REDACTION_NOTE}}
+    )
+
+
+REDACTION_NOTE = (
+    "keys found in the archived bundle are shown as [redacted]; the archived text, which "
+    "archived_bundle_sha256 covers, is unchanged and still checked by verify_archive"
+)
 
 
 def decision_bundle(*, decision: Decision) -> dict[str, Any]:
@@ -309,7 +374,7 @@ def decision_bundle(*, decision: Decision) -> dict[str, Any]:
         }
         for e in decision_events(decision=decision)
     ]
-    return archive.json_safe(
+    return json_safe(
         {
             "schema": archive.BUNDLE_SCHEMA,
             **snapshot,

@@ -2,7 +2,8 @@
 audit event with who and when.
 
 Errors: ``DecisionError`` (the request is invalid: a message a user can act on),
-``FrozenDecisionError`` (a signed decision cannot change), ``PermissionDenied`` (role).
+``FrozenDecisionError`` (a signed decision cannot change), ``PermissionDenied`` (role, or
+separation of duties), ``console.errors.Conflict`` (someone else signed first).
 """
 
 from __future__ import annotations
@@ -10,16 +11,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from console.accounts import roles
 from console.accounts.services import user_role
+from console.analysis.selectors import experiment_fit_assessment
 from console.decisions import archive, checklist, gate, selectors
+from console.decisions.limits import decision_text_problems
 from console.decisions.models import ArchiveRecord, AuditEvent, Decision, FrozenDecisionError, SignOff
+from console.errors import Conflict
 from console.experiments.models import Arm, Experiment
+from console.jsonutil import json_safe
 
 SIGN_VERDICTS = (Decision.Status.APPROVED, Decision.Status.REJECTED, Decision.Status.APPROVED_WITH_CONDITIONS)
 EDITABLE_FIELDS = (
@@ -53,7 +57,7 @@ def _audit(
         actor=actor,
         actor_role=user_role(actor) or "",
         at=timezone.now(),
-        details=archive.json_safe(dict(details or {})),
+        details=json_safe(dict(details or {})),
     )
 
 
@@ -99,7 +103,17 @@ def _validate_changes(changes: Mapping[str, Any]) -> None:
             raise DecisionError(f"{key}: text")
     if "proposal" in changes and changes["proposal"] not in Decision.Proposal.values:
         raise DecisionError(f"unknown proposal {changes['proposal']!r}")
+    if problems := decision_text_problems(changes):
+        raise DecisionError("; ".join(problems))
 
+
+def _gate_settings_checked(settings_in: Mapping[str, Any] | None, *, experiment: Experiment) -> dict[str, Any]:
+    """Gate settings as typed, validated against the gate's rules and the experiment's loads."""
+    loads = [str(lv.get("label")) for lv in experiment.load_levels or []]
+    try:
+        return gate.gate_settings_validate(dict(settings_in or {}), loads=loads)
+    except gate.GateSettingsError as exc:
+        raise DecisionError("gate_settings: " + "; ".join(exc.errors)) from None
 
 def default_rollback_triggers(*, facts: Mapping[str, Any], traffic_class: str) -> list[dict[str, Any]]:
     """Triggers pre-filled from evidence: the promised class's p95 TPOT above the baseline's
@@ -159,11 +173,18 @@ def _recompute(decision: Decision, comparison: Mapping[str, Any] | None) -> None
             facts = gate.gate_facts_from_summary(
                 None, candidate_arm=label, traffic_class=decision.traffic_class
             )
-    result = gate.gate_evaluate(facts, decision.gate_settings, traffic_class=decision.traffic_class)
+    result = gate.gate_evaluate(
+        facts,
+        decision.gate_settings,
+        traffic_class=decision.traffic_class,
+        proposal=decision.proposal,
+        policy=decision.policy if isinstance(decision.policy, dict) else None,
+    )
     result["facts"] = facts
-    decision.gate = archive.json_safe(result)
+    decision.gate = json_safe(result)
     evidence = selectors.decision_evidence(experiment=decision.experiment, candidate_arm=arm, facts=facts)
     evidence["rollback"] = selectors.decision_rollback(decision=decision)
+    evidence["fit"] = experiment_fit_assessment(experiment=decision.experiment)
     decision.checklist = checklist.checklist_merge(
         checklist.checklist_prefill(evidence), decision.checklist_answers or {}
     )
@@ -192,11 +213,13 @@ def decision_create(
     if proposal not in Decision.Proposal.values:
         raise DecisionError(f"unknown proposal {proposal!r}")
     _validate_arm(experiment, proposal, candidate_arm)
+    if problems := decision_text_problems({"title": title, "rationale": rationale, "policy_ref": policy_ref}):
+        raise DecisionError("; ".join(problems))
     if supersedes is not None and not supersedes.is_signed:
         raise DecisionError("only a signed decision can be superseded")
     baseline = selectors.experiment_baseline_arm(experiment=experiment)
     decision = Decision(
-        title=title.strip() or f"Decision on {experiment.name}",
+        title=title.strip() or f"Decision on {experiment.name}"[:200],
         experiment=experiment,
         proposal=proposal,
         candidate_arm=candidate_arm,
@@ -204,7 +227,7 @@ def decision_create(
         rationale=rationale,
         policy=policy,
         policy_ref=policy_ref,
-        gate_settings=dict(gate_settings or {}),
+        gate_settings=_gate_settings_checked(gate_settings, experiment=experiment),
         supersedes=supersedes,
         created_by=author,
         rollback_revert_config=selectors.config_export(baseline.config) if baseline else {},
@@ -243,6 +266,8 @@ def decision_update(
     if unknown:
         raise DecisionError(f"not editable: {', '.join(sorted(unknown))}")
     _validate_changes(changes)
+    if "gate_settings" in changes:
+        changes = {**changes, "gate_settings": _gate_settings_checked(changes["gate_settings"], experiment=decision.experiment)}
     changed = []
     for field, value in changes.items():
         if getattr(decision, field) != value:
@@ -294,11 +319,15 @@ def decision_submit(*, decision: Decision, actor: Any) -> Decision:
 
 
 def override_required(*, decision: Decision, verdict: str) -> list[str]:
-    """Failing gate criteria that an approval of ``decision`` must override (none for a
-    rejection, or for keeping speculation off: the gate guards enabling it)."""
+    """Gate criteria that an approval of ``decision`` must override: every criterion that did not
+    pass, failing or not measured (none for a rejection, or for keeping speculation off: the gate
+    guards enabling it). A gate that was never computed needs an override too."""
     if verdict == Decision.Status.REJECTED or decision.proposal == Decision.Proposal.KEEP_OFF:
         return []
-    return gate.gate_failing(decision.gate or {})
+    computed = decision.gate or {}
+    if not computed.get("criteria"):
+        return ["gate not computed"]
+    return gate.gate_not_passing(computed)
 
 
 @transaction.atomic
@@ -314,40 +343,51 @@ def decision_sign(
     """Sign a submitted decision (approve, reject, approve with conditions), freeze it and
     append it to the archive chain.
 
-    Only an approver may sign; not their own draft unless ``SPECREVIEW_APPROVER_MAY_SIGN_OWN``;
-    the comment is required, conditions too when approving with conditions, and an override
-    reason when approving with a failing gate criterion.
+    Only an approver may sign, and never one who drafted, edited or submitted it (separation
+    of duties, from the audit trail: ``PermissionDenied``); the comment is required, conditions
+    too when approving with conditions, and an override reason when approving with a failing
+    gate criterion. Two approvers signing at once: the row lock (PostgreSQL) or the immediate
+    write transaction (SQLite) lets one through; the other gets ``Conflict``.
     """
     _require(signer, roles.SIGN_DECISION)
     decision = Decision.objects.select_for_update().select_related("created_by").get(pk=decision.pk)
     if decision.is_signed:
-        raise FrozenDecisionError(f"decision #{decision.pk} is already signed")
+        raise Conflict(_signed_already(decision))
     if decision.status != Decision.Status.SUBMITTED:
         raise DecisionError(f"decision #{decision.pk} is {decision.status}: submit it before signing")
-    if decision.created_by_id == signer.pk and not settings.SPECREVIEW_APPROVER_MAY_SIGN_OWN:
-        raise PermissionDenied("an approver cannot sign a decision they drafted")
+    refusal = selectors.decision_sign_refusal(decision=decision, user=signer)
+    if refusal:
+        raise PermissionDenied(refusal)
     if verdict not in SIGN_VERDICTS:
         raise DecisionError(f"verdict must be one of {', '.join(SIGN_VERDICTS)}")
     if not comment.strip():
         raise DecisionError("a sign-off needs a comment")
+    texts = {"comment": comment, "conditions": conditions, "override_reason": override_reason}
+    if problems := decision_text_problems(texts):
+        raise DecisionError("; ".join(problems))
     if verdict == Decision.Status.APPROVED_WITH_CONDITIONS and not conditions.strip():
         raise DecisionError("approving with conditions needs the conditions")
     failing = override_required(decision=decision, verdict=verdict)
     if failing and not override_reason.strip():
         raise DecisionError(
-            "the gate fails on " + ", ".join(failing) + ": approving needs an override reason"
+            "the gate does not pass (" + ", ".join(failing) + "): approving needs an override reason"
         )
     now = timezone.now()
-    SignOff.objects.create(
-        decision=decision,
-        signer=signer,
-        signer_role=user_role(signer) or "",
-        verdict=verdict,
-        comment=comment.strip(),
-        conditions=conditions.strip(),
-        override_reason=override_reason.strip() if failing else "",
-        signed_at=now,
-    )
+    try:
+        with transaction.atomic():
+            SignOff.objects.create(
+                decision=decision,
+                signer=signer,
+                signer_role=user_role(signer) or "",
+                verdict=verdict,
+                comment=comment.strip(),
+                conditions=conditions.strip(),
+                override_reason=override_reason.strip() if failing else "",
+                signed_at=now,
+            )
+    except IntegrityError:
+        # Only reachable if the lock above was bypassed: the one-to-one still refuses a second.
+        raise Conflict(_signed_already(decision)) from None
     decision.status = verdict
     decision.save()
     _audit(
@@ -368,6 +408,12 @@ def decision_sign(
             details={"by_decision": decision.pk, "by_record_sha256": record.record_sha256},
         )
     return decision
+
+
+def _signed_already(decision: Decision) -> str:
+    signoff = SignOff.objects.select_related("signer").filter(decision_id=decision.pk).first()
+    who = f" by {signoff.signer.username} at {selectors.iso_utc(signoff.signed_at)}" if signoff else ""
+    return f"decision #{decision.pk} was already signed{who}: your sign-off was not recorded"
 
 
 def _archive_append(*, decision: Decision) -> ArchiveRecord:

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import json
 
-from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
-from django.views.decorators.http import require_POST, require_safe
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from console.accounts import roles
 from console.accounts.access import capability_required
 from console.decisions import export, selectors, services
 from console.decisions.forms import ArchiveFilterForm, DecisionCreateForm, DecisionEditForm, SignOffForm
 from console.decisions.models import Decision, FrozenDecisionError
+from console.errors import Conflict
 from console.experiments.models import Experiment
+from console.exports import site_path
+from console.listing import listing
+from workers.engines.redaction import config_redact, document_redact
 
 
 def comparison_url(experiment_id: int) -> str:
@@ -39,21 +42,38 @@ def _decision(pk: int) -> Decision:
     )
 
 
+DECISION_SORTS = {
+    "id": "pk",
+    "title": "title",
+    "status": "status",
+    "experiment": "experiment__name",
+    "created": "created_at",
+}
+
+
 @require_safe
 def decision_list(request: HttpRequest):
     open_decisions = selectors.decisions_list().filter(
         status__in=(Decision.Status.DRAFT, Decision.Status.SUBMITTED)
     )
     context = {
-        "open_decisions": open_decisions[:100],
+        "open_decisions": listing(request, open_decisions, sorts=DECISION_SORTS, default="-created"),
         "recent_signed": selectors.decisions_list(archived_only=True)[:10],
-        "experiments": Experiment.objects.order_by("-created_at")[:20],
+        "experiments": listing(
+            request,
+            Experiment.objects.all(),
+            sorts={"name": "name", "status": "status", "created": "created_at"},
+            default="-created",
+            per_page=10,
+            prefix="experiments_",
+        ),
         "can_draft": request.user.has_perm(roles.DRAFT_DECISION),
     }
     return render(request, "decisions/list.html", context)
 
 
 @capability_required(roles.DRAFT_DECISION)
+@require_http_methods(["GET", "POST"])
 def decision_new(request: HttpRequest):
     if request.method == "POST":
         form = DecisionCreateForm(request.POST)
@@ -96,13 +116,24 @@ def decision_new(request: HttpRequest):
 
 @require_safe
 def decision_detail(request: HttpRequest, pk: int):
-    decision = _decision(pk)
+    return _detail_page(request, _decision(pk))
+
+
+def _detail_page(
+    request: HttpRequest, decision: Decision, *, sign_form: SignOffForm | None = None, status: int = 200
+) -> HttpResponse:
+    """The decision page; ``sign_form`` is a refused sign-off, shown with what was typed."""
     record = getattr(decision, "archive", None) if decision.is_signed else None
     signoff = getattr(decision, "signoff", None) if decision.is_signed else None
+    sign_refusal = (
+        selectors.decision_sign_refusal(decision=decision, user=request.user)
+        if decision.status == Decision.Status.SUBMITTED and request.user.has_perm(roles.SIGN_DECISION)
+        else None
+    )
     can_sign = (
         request.user.has_perm(roles.SIGN_DECISION)
         and decision.status == Decision.Status.SUBMITTED
-        and (decision.created_by_id != request.user.pk or settings.SPECREVIEW_APPROVER_MAY_SIGN_OWN)
+        and sign_refusal is None
     )
     context = {
         "decision": decision,
@@ -112,23 +143,25 @@ def decision_detail(request: HttpRequest, pk: int):
         "events": selectors.decision_events(decision=decision),
         "superseded_by": selectors.decision_superseded_by(decision=decision),
         "comparison_url": comparison_url(decision.experiment_id),
-        "revert_config_json": json.dumps(decision.rollback_revert_config, indent=2, sort_keys=True),
-        "policy_link": decision.policy_ref
-        if decision.policy_ref.startswith(("/", "https://", "http://"))
-        else "",
+        "revert_config_json": json.dumps(
+            config_redact(decision.rollback_revert_config), indent=2, sort_keys=True
+        ),
+        "checklist": document_redact(decision.checklist),
+        "policy_link": site_path(decision.policy_ref),
         "can_edit": request.user.has_perm(roles.DRAFT_DECISION) and decision.status == Decision.Status.DRAFT,
         "can_sign": can_sign,
-        "own_draft": decision.created_by_id == request.user.pk,
+        "sign_refusal": sign_refusal,
         "override_needed": services.override_required(decision=decision, verdict=Decision.Status.APPROVED),
         "submit_problems": services.decision_submit_problems(decision=decision)
         if decision.status == Decision.Status.DRAFT
         else [],
-        "sign_form": SignOffForm(),
+        "sign_form": sign_form or SignOffForm(),
     }
-    return render(request, "decisions/detail.html", context)
+    return render(request, "decisions/detail.html", context, status=status)
 
 
 @capability_required(roles.DRAFT_DECISION)
+@require_http_methods(["GET", "POST"])
 def decision_edit(request: HttpRequest, pk: int):
     decision = _decision(pk)
     if decision.status != Decision.Status.DRAFT:
@@ -188,16 +221,27 @@ def decision_submit(request: HttpRequest, pk: int):
 @require_POST
 def decision_sign(request: HttpRequest, pk: int):
     decision = _decision(pk)
+    if decision.status == Decision.Status.SUBMITTED:
+        # Separation of duties before the form: a participant is refused whatever they send.
+        refusal = selectors.decision_sign_refusal(decision=decision, user=request.user)
+        if refusal:
+            raise PermissionDenied(refusal)
     form = SignOffForm(request.POST)
     if not form.is_valid():
+        # The page again with what was typed and the errors by their fields (nothing stored).
         messages.error(request, "A sign-off needs a verdict and a comment.")
-        return redirect("decisions:detail", pk=decision.pk)
+        return _detail_page(request, decision, sign_form=form, status=400)
     try:
         services.decision_sign(decision=decision, signer=request.user, **form.cleaned_data)
     except PermissionDenied:
-        raise
-    except (services.DecisionError, FrozenDecisionError) as exc:
-        messages.error(request, str(exc))
+        raise  # 403, its message on the page (templates/403.html)
+    except (Conflict, FrozenDecisionError) as exc:
+        messages.error(request, str(exc))  # signed meanwhile: the page shows by whom
+    except services.DecisionError as exc:
+        # What was typed stays in the form, the problem above it (e.g. a missing override reason).
+        form.add_error(None, str(exc))
+        decision.refresh_from_db()
+        return _detail_page(request, decision, sign_form=form, status=400)
     else:
         messages.success(request, "Signed and archived.")
     return redirect("decisions:detail", pk=decision.pk)
@@ -237,12 +281,25 @@ def decision_bundle(request: HttpRequest, pk: int):
 def archive_list(request: HttpRequest):
     form = ArchiveFilterForm(request.GET or None)
     filters = form.cleaned_data if form.is_valid() else {}
-    decisions = selectors.decisions_list(
+    archived = selectors.decisions_list(
         model=filters.get("model") or None,
         status=filters.get("status") or None,
         date_from=filters.get("date_from"),
         date_to=filters.get("date_to"),
         archived_only=True,
     ).select_related("archive")
-    context = {"form": form, "decisions": decisions[:500], "verification": selectors.archive_verify()}
+    decisions = listing(
+        request,
+        archived,
+        sorts={
+            "sequence": "archive__sequence",
+            "title": "title",
+            "model": "experiment__target_model",
+            "status": "status",
+            "signer": "signoff__signer__username",
+            "signed": "signoff__signed_at",
+        },
+        default="-sequence",
+    )
+    context = {"form": form, "decisions": decisions, "verification": selectors.archive_verify()}
     return render(request, "decisions/archive.html", context)

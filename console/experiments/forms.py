@@ -4,7 +4,7 @@ import json
 
 from django import forms
 
-from console.traces.models import Trace
+from console.traces.models import TRAFFIC_CLASSES, Trace
 
 EXAMPLE_CANDIDATES = [
     {"speculative_config": {"method": "ngram", "num_speculative_tokens": [2, 4, 8], "prompt_lookup_max": 3}},
@@ -62,9 +62,18 @@ class ExperimentForm(forms.Form):
         help_text="speculative candidates (vLLM keys); a list for num_speculative_tokens makes a sweep",
     )
     load_levels = forms.CharField(
-        initial="1x,2x", help_text="rate multipliers, optional caps: 0.5x,1x,2x/c4,c8"
+        initial="1x,2x",
+        help_text="rate multipliers, optional caps: 0.5x,1x,2x/c4,c8; optional workload weights on every level "
+        "(gate criterion 1): 1x=3,4x=1",
     )
     output_limit = forms.IntegerField(required=False, min_value=1, help_text="cap on max_tokens (tokens)")
+    output_buckets = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Output-length buckets",
+        help_text="optional matrix axis, edge:limit per bucket by recorded output length (tokens), e.g. "
+        "0:64,64:256,256:1024 (the last bucket has no upper edge); empty = every request in each run",
+    )
     deadlines = JSONField(
         required=False,
         initial={"interactive": {"e2e_s": 10, "ttft_s": 1}, "batch": {"e2e_s": 120}},
@@ -75,7 +84,74 @@ class ExperimentForm(forms.Form):
     warmup = forms.IntegerField(min_value=0, initial=1)
     cost_per_hour_usd = forms.FloatField(min_value=0, initial=2.0, label="Cost per accelerator-hour (USD)")
     power_price_usd_per_kwh = forms.FloatField(min_value=0, required=False, label="Power price (USD/kWh)")
+    promised_class = forms.ChoiceField(
+        choices=[(c, c) for c in TRAFFIC_CLASSES],
+        initial="interactive",
+        required=False,
+        label="Promised class",
+        help_text="declared before the run: the traffic class the release promises a latency benefit to",
+    )
+    primary_metric = forms.ChoiceField(
+        choices=[
+            ("tpot_s:p95", "p95 TPOT"),
+            ("tpot_s:p50", "p50 TPOT"),
+            ("e2e_s:p95", "p95 end-to-end"),
+            ("e2e_s:p99", "p99 end-to-end"),
+            ("ttft_s:p95", "p95 TTFT"),
+            ("itl_chunk_mean_s:p95", "p95 inter-chunk gap"),
+        ],
+        initial="tpot_s:p95",
+        required=False,
+        label="Primary latency metric",
+        help_text="the gate judges this one (Holm-corrected over arms and loads); every other cell is exploratory",
+    )
+    success_metric = forms.ChoiceField(
+        choices=[("success", "success (finished, within deadline, valid)"), ("met_deadline", "within deadline")],
+        initial="success",
+        required=False,
+        label="Success metric",
+    )
+    capacity_search = forms.BooleanField(
+        required=False,
+        label="Capacity search",
+        help_text="per arm and repeat, bisect the arrival rate for the highest multiplier that meets the SLO "
+        "(more runs, added one by one; docs/capacity.md)",
+    )
+    capacity_slo = JSONField(
+        required=False,
+        initial={"attainment": 0.99},
+        label="Capacity SLO",
+        help_text='traffic_class (default: the promised class), attainment (fraction within deadline), '
+        'p95_tpot_s, p95_e2e_s (seconds); at least one bound',
+    )
+    capacity_lo = forms.FloatField(required=False, initial=0.25, label="Capacity bracket low (x trace rate)")
+    capacity_hi = forms.FloatField(required=False, initial=16.0, label="Capacity bracket high (x trace rate)")
+    capacity_steps = forms.IntegerField(required=False, initial=5, label="Capacity steps per search (1-8)")
     start_now = forms.BooleanField(required=False, initial=True)
+
+    CAPACITY_FIELDS = ("capacity_search", "capacity_slo", "capacity_lo", "capacity_hi", "capacity_steps")
+
+    def capacity_search_value(self) -> dict | None:
+        """The ``capacity_search`` option from the cleaned form (the service validates it)."""
+        data = self.cleaned_data
+        if not data.get("capacity_search"):
+            return None
+        out: dict = {"slo": data.get("capacity_slo")}
+        for key in ("lo", "hi", "steps"):
+            if data.get(f"capacity_{key}") is not None:
+                out[key] = data[f"capacity_{key}"]
+        return out
+
+    def endpoints(self) -> dict:
+        """The declared endpoints from the cleaned form."""
+        metric, _, stat = (self.cleaned_data.get("primary_metric") or "tpot_s:p95").partition(":")
+        return {
+            "promised_class": self.cleaned_data.get("promised_class") or "interactive",
+            "primary_metric": metric,
+            "primary_stat": stat,
+            "success_metric": self.cleaned_data.get("success_metric") or "success",
+            "success_stat": "mean",
+        }
 
     def clean_candidates(self):
         value = self.cleaned_data["candidates"]
@@ -91,5 +167,9 @@ class ExperimentForm(forms.Form):
             target = field if field in self.fields else None
             if field == "baseline":
                 target = "baseline_engine_args"
+            if field == "endpoints":
+                target = "primary_metric"
+            if field == "capacity_search":
+                target = "capacity_slo"
             for message in messages:
                 self.add_error(target, f"candidate {int(index) + 1}: {message}" if index else message)

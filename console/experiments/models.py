@@ -45,8 +45,18 @@ class Experiment(models.Model):
         default=list, help_text='[{"label": "1x", "rate_multiplier": 1.0, "concurrency": null}]'
     )
     output_limit = models.PositiveIntegerField(null=True, blank=True, help_text="cap on max_tokens")
+    output_buckets = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='recorded-output-length buckets, a matrix axis: [{"label", "lo", "hi", "output_limit"}]; empty = none',
+    )
     deadlines = models.JSONField(default=dict, blank=True)
     sampling = models.CharField(max_length=10, default="trace", help_text="'trace' or 'greedy'")
+    endpoints = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="declared before it runs: promised class, primary latency metric and stat, success metric",
+    )
     repeats = models.PositiveIntegerField(default=3)
     warmup = models.PositiveIntegerField(default=1)
     cost_per_hour_usd = models.FloatField(default=0.0)
@@ -57,6 +67,11 @@ class Experiment(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     notes = models.TextField(blank=True)
+    capacity_search = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="capacity search per arm and repeat (console.experiments.capacity); null = off",
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -93,11 +108,21 @@ class Run(models.Model):
     load_label = models.CharField(max_length=40)
     rate_multiplier = models.FloatField(default=1.0)
     concurrency_cap = models.PositiveIntegerField(null=True, blank=True)
+    output_bucket = models.CharField(
+        max_length=40, blank=True, help_text="label of its output-length bucket; empty = every request"
+    )
     repeat = models.PositiveIntegerField(default=0)
     order = models.PositiveIntegerField(help_text="position in the interleaved execution order")
     queue = models.CharField(max_length=10, default="cpu")
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
     attempt = models.PositiveIntegerField(default=0)
+    attempt_token = models.CharField(
+        max_length=32, blank=True, help_text="set at each claim; only its holder may write the run"
+    )
+    heartbeat_at = models.DateTimeField(
+        null=True, blank=True, help_text="last sign of life of the worker holding the claim"
+    )
+    enqueued_at = models.DateTimeField(null=True, blank=True, help_text="when its task was last sent")
     celery_task_id = models.CharField(max_length=100, blank=True)
     worker = models.CharField(max_length=200, blank=True)
     progress_done = models.PositiveIntegerField(default=0)
@@ -107,14 +132,35 @@ class Run(models.Model):
     config_hash = models.CharField(max_length=64, blank=True)
     versions = models.JSONField(default=dict, blank=True)
     hardware = models.JSONField(default=dict, blank=True)
+    prompt_tokens = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='per request id: {"n": tokens of the prompt the model was given (after the chat '
+        'template, with tools and system prompt), "source": "engine" (the engine counted them) or '
+        "\"trace\" (the trace's import-time count: a tokenizer's or an estimate)}",
+    )
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     wall_s = models.FloatField(null=True, blank=True)
     error = models.TextField(blank=True)
+    capacity_step = models.PositiveIntegerField(
+        null=True, blank=True, help_text="1-based step of its arm and repeat's capacity search; null = a matrix run"
+    )
+    capacity_outcome = models.JSONField(
+        null=True, blank=True, help_text="the step's SLO evaluation, stored once it finished (attempt-keyed)"
+    )
 
     class Meta:
         ordering = ["experiment", "order"]
-        constraints = [models.UniqueConstraint(fields=["experiment", "order"], name="run_order_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["experiment", "order"], name="run_order_unique"),
+            # One run per step of a search: a retried or concurrent advance cannot add a second.
+            models.UniqueConstraint(
+                fields=["experiment", "arm", "repeat", "capacity_step"],
+                condition=models.Q(capacity_step__isnull=False),
+                name="run_capacity_step_unique",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"run {self.pk} ({self.arm.label} @ {self.load_label} #{self.repeat})"

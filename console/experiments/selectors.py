@@ -108,6 +108,7 @@ def experiment_status_payload(*, experiment: Experiment) -> dict:
             for a in experiment.arms.select_related("config").order_by("position")
         ],
         "load_levels": experiment.load_levels,
+        "output_buckets": experiment.output_buckets or [],
         "repeats": experiment.repeats,
         "progress": progress.as_dict(),
         "runs": [
@@ -116,6 +117,7 @@ def experiment_status_payload(*, experiment: Experiment) -> dict:
                 "order": r.order,
                 "arm": r.arm.label,
                 "load": r.load_label,
+                "output_bucket": r.output_bucket,
                 "repeat": r.repeat,
                 "status": r.status,
                 "progress_done": r.progress_done,

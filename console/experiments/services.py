@@ -1,23 +1,35 @@
-"""Writes for experiments: define (validated), start, cancel, retry, clone."""
+"""Writes for experiments: define (validated), start, cancel, clone (a run's own life: runs.py)."""
 
 from __future__ import annotations
 
-import datetime
-import uuid
 from collections import defaultdict
+from collections.abc import Collection
 from typing import Any
 
+from celery import current_app
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
-from console.experiments.matrix import arm_label, config_hash, load_levels_parse, run_order, sweep_expand
+from console.experiments.capacity import capacity_first_runs, capacity_search_clean
+from console.experiments.matrix import (
+    OutputBucket,
+    arm_label,
+    bucket_of,
+    config_hash,
+    load_levels_parse,
+    matrix_order,
+    output_buckets_parse,
+    recorded_output_tokens,
+    sweep_expand,
+)
 from console.experiments.models import Arm, Experiment, Run, ServingConfig
-from console.traces.models import Trace
+from console.experiments.runs import experiment_status_refresh as experiment_status_refresh
+from console.experiments.runs import run_enqueue
+from console.experiments.runs import run_retry as run_retry
+from console.traces.models import TRAFFIC_CLASSES, Trace
 
 SPLITS = ("all", "train", "holdout")
 SAMPLING = ("trace", "greedy")
-CLASSES = ("interactive", "batch")
 DEFAULT_DEADLINES = {"interactive": {"e2e_s": 10.0, "ttft_s": 1.0}, "batch": {"e2e_s": 120.0}}
 
 
@@ -33,7 +45,7 @@ def serving_config_validate(
     *, engine: str, target_model: str, engine_args: dict, speculative_config: dict | None
 ) -> list[str]:
     """Messages for everything wrong with a config, asking the engine itself (no model loaded)."""
-    from workers.engines import ENGINE_KINDS, EngineConfig, EngineError, engine_class
+    from workers.engines import ENGINE_KINDS, EngineConfig, EngineError, engine_config_validate
 
     if engine not in ENGINE_KINDS:
         return [f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_KINDS)}"]
@@ -60,14 +72,7 @@ def serving_config_validate(
         speculative_config=speculative_config,
     )
     try:
-        cls = engine_class(engine)
-    except EngineError as exc:
-        return [str(exc)]
-    validate = getattr(cls, "validate", None)
-    if validate is None:
-        return []
-    try:
-        validate(config)
+        engine_config_validate(config)
     except EngineError as exc:
         return [str(exc)]
     return []
@@ -105,8 +110,8 @@ def _deadlines_clean(deadlines: Any, errors: dict[str, list[str]]) -> dict:
         return {}
     clean: dict[str, dict[str, float]] = {}
     for cls, limits in deadlines.items():
-        if cls not in CLASSES:
-            errors["deadlines"].append(f"unknown traffic class {cls!r}; use {' or '.join(CLASSES)}")
+        if cls not in TRAFFIC_CLASSES:
+            errors["deadlines"].append(f"unknown traffic class {cls!r}; use {' or '.join(TRAFFIC_CLASSES)}")
             continue
         if not isinstance(limits, dict):
             errors["deadlines"].append(f"{cls}: limits must be an object with e2e_s and/or ttft_s")
@@ -122,6 +127,26 @@ def _deadlines_clean(deadlines: Any, errors: dict[str, list[str]]) -> dict:
     return clean
 
 
+def _endpoints_clean(endpoints: Any, errors: dict[str, list[str]]) -> dict:
+    """The declared endpoints, resolved against the defaults and checked (field errors under
+    ``endpoints``)."""
+    from console.analysis.comparison.spec import EndpointError, endpoints_resolve
+
+    if endpoints is not None and not isinstance(endpoints, dict):
+        errors["endpoints"].append("endpoints must be a JSON object")
+        return {}
+    try:
+        resolved = dict(endpoints_resolve(endpoints))
+    except EndpointError as exc:
+        errors["endpoints"].append(str(exc))
+        return {}
+    if resolved["promised_class"] not in TRAFFIC_CLASSES:
+        errors["endpoints"].append(
+            f"endpoints.promised_class: one of {', '.join(TRAFFIC_CLASSES)}, got {resolved['promised_class']!r}"
+        )
+    return resolved
+
+
 def experiment_create(
     *,
     name: str,
@@ -134,25 +159,43 @@ def experiment_create(
     split: str = "all",
     hardware_label: str = "",
     output_limit: int | None = None,
+    output_buckets: str | list | None = None,
     deadlines: dict | None = None,
     sampling: str = "trace",
     repeats: int = 3,
     warmup: int = 1,
     cost_per_hour_usd: float = 0.0,
     power_price_usd_per_kwh: float | None = None,
+    endpoints: dict | None = None,
+    capacity_search: dict | None = None,
     created_by=None,
     notes: str = "",
 ) -> Experiment:
     """Validate and store an experiment, its configs (content-hashed) and its run matrix.
 
     ``candidates`` are ``{"speculative_config": {...}, "engine_args": {...}?, "label": str?}``;
-    ``num_speculative_tokens`` may be a list (a sweep), expanded into one arm per value.
+    ``num_speculative_tokens`` may be a list (a sweep), expanded into one arm per value; a
+    ``speculative_config`` of null (with a label) is an A/A arm: the baseline's config again.
+    ``endpoints`` are declared before the run (``console.analysis.comparison.spec``): the promised
+    traffic class, the primary latency metric and statistic, the success metric, alpha; the gate
+    judges those only.
+    ``output_buckets`` (``matrix.output_buckets_parse``: ``"0:64,64:256,256:1024"``) makes the
+    matrix arms x loads x buckets: each bucket's runs replay the requests whose recorded output
+    length is in it, with ``max_tokens`` capped at its own limit. None or empty: no buckets.
+    ``capacity_search`` (``console.experiments.capacity.capacity_search_clean``; None = off) adds
+    a capacity search per arm and repeat after the matrix: its steps are more runs, added one by
+    one as each finishes.
     Raises ExperimentInvalid with field errors (``candidates.0``, ``load_levels``...); nothing is stored then.
     """
     errors: dict[str, list[str]] = defaultdict(list)
     baseline_engine_args = baseline_engine_args or {}
     if not name.strip():
         errors["name"].append("give the experiment a name")
+    for key, text, limit in (("name", name.strip(), 200), ("target_model", str(target_model or ""), 500)):
+        if len(text) > limit:  # the columns' lengths: a clear error, never a database one
+            errors[key].append(f"at most {limit} characters, got {len(text)}")
+    if len(hardware_label or "") > 200:
+        errors["hardware_label"].append(f"at most 200 characters, got {len(hardware_label)}")
     if split not in SPLITS:
         errors["split"].append(f"split must be one of {', '.join(SPLITS)}")
     if sampling not in SAMPLING:
@@ -169,7 +212,19 @@ def experiment_create(
         not isinstance(power_price_usd_per_kwh, int | float) or power_price_usd_per_kwh < 0
     ):
         errors["power_price_usd_per_kwh"].append("power price must be a number >= 0 (USD per kWh)")
+    try:
+        buckets = output_buckets_parse(output_buckets)
+    except (ValueError, TypeError) as exc:
+        errors["output_buckets"].append(str(exc))
+        buckets = []
     clean_deadlines = _deadlines_clean(deadlines, errors)
+    clean_endpoints = _endpoints_clean(endpoints, errors)
+    clean_search = capacity_search_clean(
+        capacity_search,
+        deadlines=clean_deadlines,
+        promised_class=clean_endpoints.get("promised_class"),
+        errors=errors,
+    )
     try:
         levels = load_levels_parse(load_levels)
     except (ValueError, TypeError) as exc:
@@ -188,8 +243,18 @@ def experiment_create(
         errors["candidates"].append("add at least one speculative candidate")
     for i, candidate in enumerate(candidates or []):
         field = f"candidates.{i}"
+        if isinstance(candidate, dict) and "speculative_config" in candidate and candidate["speculative_config"] is None:
+            # An A/A arm: the baseline's own config again, under its own label.
+            label = str(candidate.get("label") or "").strip()
+            if not label:
+                errors[field].append('an A/A arm (speculative_config null) needs a "label", e.g. "baseline A/A"')
+            elif candidate.get("engine_args"):
+                errors[field].append("an A/A arm repeats the baseline: it takes no engine_args of its own")
+            else:
+                arms.append((label, baseline_engine_args, None))
+            continue
         if not isinstance(candidate, dict) or not isinstance(candidate.get("speculative_config"), dict):
-            errors[field].append('each candidate needs a "speculative_config" object (vLLM keys)')
+            errors[field].append('each candidate needs a "speculative_config" object (vLLM keys), or null for an A/A arm')
             continue
         if candidate.get("engine", engine) != engine:
             errors[field].append(
@@ -213,12 +278,16 @@ def experiment_create(
             )
             arms.append((label, engine_args, spec))
     labels = [label for label, _, _ in arms]
+    if any(len(label) > 200 for label in labels):
+        errors["candidates"].append("an arm label has at most 200 characters")
     if len(set(labels)) != len(labels):
         errors["candidates"].append(
             f"two arms would be the same ({labels}): give them distinct configs or labels"
         )
     if trace is not None and split != "all" and not trace.requests.filter(split=split).exists():
         errors["split"].append(f"the trace has no requests in the {split!r} split")
+    elif trace is not None and buckets:
+        _buckets_check(trace=trace, split=split, buckets=buckets, errors=errors)
     if errors:
         raise ExperimentInvalid(errors)
 
@@ -232,7 +301,9 @@ def experiment_create(
             hardware_label=hardware_label,
             load_levels=[lv.as_dict() for lv in levels],
             output_limit=output_limit,
+            output_buckets=[b.as_dict() for b in buckets],
             deadlines=clean_deadlines,
+            endpoints=clean_endpoints,
             sampling=sampling,
             repeats=repeats,
             warmup=warmup,
@@ -240,6 +311,7 @@ def experiment_create(
             power_price_usd_per_kwh=power_price_usd_per_kwh,
             created_by=created_by,
             notes=notes,
+            capacity_search=clean_search,
         )
         arm_rows = []
         for position, (label, engine_args, spec) in enumerate(arms):
@@ -256,9 +328,10 @@ def experiment_create(
                     config=config,
                     label=label,
                     position=position,
-                    is_baseline=spec is None,
+                    is_baseline=position == 0,
                 )
             )
+        bucket_labels = [b.label for b in buckets] or [""]
         Run.objects.bulk_create(
             Run(
                 experiment=experiment,
@@ -266,16 +339,56 @@ def experiment_create(
                 load_label=levels[lv].label,
                 rate_multiplier=levels[lv].rate_multiplier,
                 concurrency_cap=levels[lv].concurrency,
+                output_bucket=bucket_labels[b],
                 repeat=r,
                 order=order,
                 queue=run_queue(engine=engine, engine_args=arm_rows[a].config.engine_args),
                 config_hash=arm_rows[a].config.content_hash,
             )
-            for order, (a, lv, r) in enumerate(
-                run_order(arms=len(arm_rows), loads=len(levels), repeats=repeats)
+            for order, (a, lv, r, b) in enumerate(
+                matrix_order(
+                    arms=len(arm_rows), loads=len(levels), repeats=repeats, buckets=len(bucket_labels)
+                )
             )
         )
+        if clean_search:
+            Run.objects.bulk_create(
+                capacity_first_runs(
+                    experiment=experiment,
+                    arms=arm_rows,
+                    repeats=repeats,
+                    first_order=len(arm_rows) * len(levels) * repeats * len(bucket_labels),
+                    queue_of=lambda arm: run_queue(engine=engine, engine_args=arm.config.engine_args),
+                )
+            )
     return experiment
+
+
+def _buckets_check(
+    *, trace: Trace, split: str, buckets: list[OutputBucket], errors: dict[str, list[str]]
+) -> None:
+    """Every bucket must hold a request of the trace (in ``split``): an empty one would run nothing.
+    A trace with multi-turn sessions is refused: a bucket would cut a conversation between turns
+    (a later turn replays after its own previous turn, which another bucket's run would hold)."""
+    qs = trace.requests.all() if split == "all" else trace.requests.filter(split=split)
+    if qs.filter(turn__gt=0).exists():
+        errors["output_buckets"].append(
+            "output buckets need single-turn requests: this trace has multi-turn sessions, and a bucket "
+            "would split a conversation between its turns"
+        )
+        return
+    counts = dict.fromkeys((b.label for b in buckets), 0)
+    for max_tokens, metadata in qs.values_list("max_tokens", "metadata").iterator():
+        bucket = bucket_of(recorded_output_tokens(max_tokens=max_tokens, metadata=metadata), buckets)
+        if bucket is not None:
+            counts[bucket.label] += 1
+    for i, bucket in enumerate(buckets, start=1):
+        if not counts[bucket.label]:
+            where = "" if split == "all" else f" in the {split!r} split"
+            errors["output_buckets"].append(
+                f"output bucket {i} ({bucket.label} tokens): no request of the trace{where} has a recorded "
+                "output length in it"
+            )
 
 
 def run_queue(*, engine: str, engine_args: dict) -> str:
@@ -288,19 +401,13 @@ def run_queue(*, engine: str, engine_args: dict) -> str:
     return "cpu"
 
 
-def _enqueue(run: Run) -> None:
-    from workers.tasks import execute_run
-
-    task_id = str(uuid.uuid4())
-    Run.objects.filter(pk=run.pk).update(celery_task_id=task_id)
-    transaction.on_commit(
-        lambda: execute_run.apply_async(kwargs={"run_id": run.pk}, queue=run.queue, task_id=task_id)
-    )
-
-
 @transaction.atomic
-def experiment_start(*, experiment: Experiment) -> int:
-    """Queue every queued run, in the stored interleaved order. Returns how many were queued."""
+def experiment_start(*, experiment: Experiment, queue: str | None = None) -> int:
+    """Queue every queued run, in the stored interleaved order. Returns how many were queued.
+
+    ``queue`` overrides each run's own queue: a worker started for this one experiment
+    (``workers/embedded.py``) listens on a queue of its own, so it serves these runs only.
+    """
     updated = Experiment.objects.filter(pk=experiment.pk, status=Experiment.Status.DRAFT).update(
         status=Experiment.Status.RUNNING, started_at=timezone.now()
     )
@@ -308,7 +415,7 @@ def experiment_start(*, experiment: Experiment) -> int:
         return 0
     runs = list(Run.objects.filter(experiment=experiment, status=Run.Status.QUEUED).order_by("order"))
     for run in runs:
-        _enqueue(run)
+        run_enqueue(run=run, queue=queue)
     return len(runs)
 
 
@@ -316,15 +423,14 @@ def experiment_start(*, experiment: Experiment) -> int:
 def experiment_cancel(*, experiment: Experiment) -> dict[str, int]:
     """Revoke queued runs and ask the running one to stop; no run stays ``running``.
 
-    The running run sees ``cancel_requested`` within a second, stops the replay and the
-    engine, deletes its partial results and marks itself cancelled.
+    The running run's worker sees ``cancel_requested`` at its next heartbeat, stops the replay
+    and the engine, deletes its partial results and marks itself cancelled; if that worker is
+    gone, the reaper cancels the run.
     """
-    from workers.celery import app
-
     queued = list(Run.objects.filter(experiment=experiment, status=Run.Status.QUEUED))
     for run in queued:
         if run.celery_task_id:
-            app.control.revoke(run.celery_task_id)
+            current_app.control.revoke(run.celery_task_id)
     n_queued = Run.objects.filter(experiment=experiment, status=Run.Status.QUEUED).update(
         status=Run.Status.CANCELLED, cancel_requested=True, finished_at=timezone.now()
     )
@@ -338,32 +444,37 @@ def experiment_cancel(*, experiment: Experiment) -> dict[str, int]:
 
 
 @transaction.atomic
-def run_retry(*, run: Run) -> bool:
-    """Queue a failed or cancelled run again; its old results are replaced when it runs."""
-    updated = Run.objects.filter(pk=run.pk, status__in=[Run.Status.FAILED, Run.Status.CANCELLED]).update(
-        status=Run.Status.QUEUED, error="", cancel_requested=False, progress_done=0, finished_at=None
-    )
-    if not updated:
-        return False
-    Experiment.objects.filter(pk=run.experiment_id).update(status=Experiment.Status.RUNNING, finished_at=None)
-    run.refresh_from_db()
-    _enqueue(run)
-    return True
+def experiment_runs_cancel_leftover(
+    *, reason: str, experiment_ids: Collection[int] | None = None, stop_running: bool = True
+) -> dict[int, int]:
+    """Cancel the unfinished runs of running experiments (all of them, or ``experiment_ids``),
+    writing ``reason`` into each run's error. Returns {experiment id: runs cancelled}.
 
-
-def experiment_status_refresh(*, experiment_id: int) -> str:
-    """Derive the experiment's status from its runs once none is left to run."""
-    statuses = set(Run.objects.filter(experiment_id=experiment_id).values_list("status", flat=True))
-    if statuses & {Run.Status.QUEUED, Run.Status.RUNNING}:
-        return Experiment.Status.RUNNING
-    if Run.Status.FAILED in statuses:
-        status = Experiment.Status.FAILED
-    elif Run.Status.CANCELLED in statuses:
-        status = Experiment.Status.CANCELLED
-    else:
-        status = Experiment.Status.DONE
-    Experiment.objects.filter(pk=experiment_id).update(status=status, finished_at=timezone.now())
-    return status
+    Queued runs end ``cancelled`` at once (a message still in a broker then finds nothing to
+    claim). With ``stop_running`` a ``running`` run ends ``cancelled`` too: for runs whose
+    worker is gone (an interrupted demo, a worker that was stopped); without it the run is
+    only asked to stop (``cancel_requested``) and its worker ends it ``cancelled`` within a
+    second or so, keeping the reason.
+    """
+    experiments = Experiment.objects.filter(status=Experiment.Status.RUNNING)
+    if experiment_ids is not None:
+        experiments = experiments.filter(pk__in=list(experiment_ids))
+    unfinished = Run.objects.filter(experiment__in=experiments)
+    now = timezone.now()
+    counts: dict[int, int] = defaultdict(int)
+    statuses = [Run.Status.QUEUED, Run.Status.RUNNING] if stop_running else [Run.Status.QUEUED]
+    ending = unfinished.filter(status__in=statuses)
+    for experiment_id in ending.values_list("experiment_id", flat=True):
+        counts[experiment_id] += 1
+    ending.update(status=Run.Status.CANCELLED, cancel_requested=True, error=reason, finished_at=now)
+    if not stop_running:  # a run already asked to stop keeps the first reason
+        stopping = unfinished.filter(status=Run.Status.RUNNING, cancel_requested=False)
+        for experiment_id in stopping.values_list("experiment_id", flat=True):
+            counts[experiment_id] += 1
+        stopping.update(cancel_requested=True, error=reason)
+    for experiment_id in counts:
+        experiment_status_refresh(experiment_id=experiment_id)
+    return dict(counts)
 
 
 def experiment_clone(*, experiment: Experiment, created_by=None, name: str | None = None) -> Experiment:
@@ -390,53 +501,14 @@ def experiment_clone(*, experiment: Experiment, created_by=None, name: str | Non
         split=experiment.split,
         hardware_label=experiment.hardware_label,
         output_limit=experiment.output_limit,
+        output_buckets=experiment.output_buckets,
         deadlines=experiment.deadlines,
         sampling=experiment.sampling,
         repeats=experiment.repeats,
         warmup=experiment.warmup,
         cost_per_hour_usd=experiment.cost_per_hour_usd,
         power_price_usd_per_kwh=experiment.power_price_usd_per_kwh,
+        capacity_search=experiment.capacity_search,
         created_by=created_by,
         notes=experiment.notes,
     )
-
-
-def run_progress_record(*, run_id: int, done: int, total: int) -> bool:
-    """Store progress; returns True when the run has been asked to stop."""
-    Run.objects.filter(pk=run_id).update(progress_done=done, progress_total=total, progress_at=timezone.now())
-    return Run.objects.filter(pk=run_id, cancel_requested=True).exists()
-
-
-def run_claim(*, run_id: int, worker: str) -> bool:
-    """queued -> running, once: a redelivered or revoked task finds nothing to claim."""
-    return bool(
-        Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, cancel_requested=False).update(
-            status=Run.Status.RUNNING,
-            started_at=timezone.now(),
-            worker=worker,
-            attempt=F("attempt") + 1,
-            progress_done=0,
-            error="",
-        )
-    )
-
-
-def runs_reap_stale(*, older_than_s: float = 600.0) -> int:
-    """Fail runs left ``running`` by a worker that died (no progress for ``older_than_s`` seconds).
-
-    Progress is written at least every 2 s while a run is alive, so a long silence means the
-    worker is gone; the run can then be retried alone.
-    """
-    cutoff = timezone.now() - datetime.timedelta(seconds=older_than_s)
-    stale = Run.objects.filter(status=Run.Status.RUNNING, progress_at__lt=cutoff) | Run.objects.filter(
-        status=Run.Status.RUNNING, progress_at__isnull=True, started_at__lt=cutoff
-    )
-    experiment_ids = set(stale.values_list("experiment_id", flat=True))
-    n = stale.update(
-        status=Run.Status.FAILED,
-        finished_at=timezone.now(),
-        error=f"worker lost: no progress for more than {older_than_s:.0f} s; retry the run",
-    )
-    for experiment_id in experiment_ids:
-        experiment_status_refresh(experiment_id=experiment_id)
-    return n

@@ -2,12 +2,15 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST, require_safe
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from console.accounts.access import capability_required
+from console.accounts.access import capability_required, owner_or_approver_required
 from console.accounts.roles import RUN_EXPERIMENT
+from console.analysis.fit import numbers_lines
+from console.analysis.selectors import experiment_fit_assessment
 from console.experiments.forms import ExperimentForm
 from console.experiments.models import Experiment, Run
+from console.experiments.runs import run_retry
 from console.experiments.selectors import experiment_grid, experiment_progress
 from console.experiments.services import (
     ExperimentInvalid,
@@ -15,25 +18,40 @@ from console.experiments.services import (
     experiment_clone,
     experiment_create,
     experiment_start,
-    run_retry,
-    runs_reap_stale,
 )
-
-STALE_AFTER_S = 600.0  # progress is written every second or two while a run is alive
+from console.listing import listing
 
 
 @require_safe
 def experiment_list(request):
-    experiments = Experiment.objects.select_related("trace", "created_by").prefetch_related("arms")
+    experiments = listing(
+        request,
+        Experiment.objects.select_related("trace", "created_by").prefetch_related("arms"),
+        sorts={
+            "name": "name",
+            "status": "status",
+            "trace": "trace__name",
+            "by": "created_by__username",
+            "created": "created_at",
+        },
+        default="-created",
+    )
     return render(request, "experiments/list.html", {"experiments": experiments})
 
 
 @capability_required(RUN_EXPERIMENT)
+@require_http_methods(["GET", "POST"])
 def experiment_new(request):
     form = ExperimentForm(request.POST or None, initial={"trace": request.GET.get("trace")})
     if request.method == "POST" and form.is_valid():
         data = dict(form.cleaned_data)
         start_now = data.pop("start_now")
+        for key in ("promised_class", "primary_metric", "success_metric"):
+            data.pop(key)
+        data["endpoints"] = form.endpoints()
+        for key in form.CAPACITY_FIELDS:
+            data.pop(key)
+        data["capacity_search"] = form.capacity_search_value()
         data["baseline_engine_args"] = data["baseline_engine_args"] or {}
         try:
             experiment = experiment_create(created_by=request.user, **data)
@@ -50,22 +68,50 @@ def experiment_new(request):
 @require_safe
 def experiment_detail(request, pk: int):
     experiment = get_object_or_404(Experiment.objects.select_related("trace", "created_by"), pk=pk)
-    return render(request, "experiments/detail.html", _detail_context(experiment))
+    context = _detail_context(experiment, request)
+    # Not in the htmx refresh: it reads the trace once, and changes only when a baseline run ends.
+    fit = experiment_fit_assessment(experiment=experiment)
+    for condition in fit["conditions"]:
+        condition["lines"] = numbers_lines(condition["name"], condition["numbers"])
+    context["fit"] = fit
+    return render(request, "experiments/detail.html", context)
 
 
 @require_safe
 def experiment_live(request, pk: int):
     """The part of the page htmx refreshes every 2 s while runs are going."""
     experiment = get_object_or_404(Experiment, pk=pk)
-    return render(request, "experiments/_live.html", _detail_context(experiment))
+    return render(request, "experiments/_live.html", _detail_context(experiment, request))
 
 
-def _detail_context(experiment: Experiment) -> dict:
-    if experiment.status == Experiment.Status.RUNNING:
-        runs_reap_stale(older_than_s=STALE_AFTER_S)
-        experiment.refresh_from_db()
+RUN_SORTS: dict[str, str | tuple[str, ...]] = {
+    "order": "order",
+    "arm": ("arm__position", "order"),
+    "load": ("load_label", "order"),
+    "repeat": ("repeat", "order"),
+    "status": ("status", "order"),
+    "started": "started_at",
+}
+
+
+def _detail_context(experiment: Experiment, request) -> dict:
+    # Reads only: runs whose worker died are ended by the periodic reaper (runs.runs_reap).
     runs = list(experiment.runs.select_related("arm").order_by("order"))
+    run_list = listing(
+        request,
+        experiment.runs.select_related("arm"),
+        sorts=RUN_SORTS,
+        default="order",
+        per_page=50,
+        prefix="runs_",
+    )
+    page_runs = list(run_list.page.object_list)
+    for run in page_runs:
+        ended = run.started_at and run.finished_at
+        run.duration_s = (run.finished_at - run.started_at).total_seconds() if ended else None  # seconds
+    run_list.page.object_list = page_runs
     return {
+        "run_list": run_list,
         "experiment": experiment,
         "grid": experiment_grid(experiment=experiment, runs=runs),
         "progress": experiment_progress(experiment=experiment, runs=runs),
@@ -79,6 +125,9 @@ def _detail_context(experiment: Experiment) -> dict:
 @require_POST
 def experiment_start_view(request, pk: int):
     experiment = get_object_or_404(Experiment, pk=pk)
+    owner_or_approver_required(
+        user=request.user, owner_id=experiment.created_by_id, what=f"start experiment #{pk}"
+    )
     n = experiment_start(experiment=experiment)
     messages.info(request, f"Queued {n} runs." if n else "This experiment has already started.")
     return redirect("experiments:detail", pk=pk)
@@ -88,6 +137,9 @@ def experiment_start_view(request, pk: int):
 @require_POST
 def experiment_cancel_view(request, pk: int):
     experiment = get_object_or_404(Experiment, pk=pk)
+    owner_or_approver_required(
+        user=request.user, owner_id=experiment.created_by_id, what=f"cancel experiment #{pk}"
+    )
     result = experiment_cancel(experiment=experiment)
     messages.info(
         request,
@@ -99,7 +151,10 @@ def experiment_cancel_view(request, pk: int):
 @capability_required(RUN_EXPERIMENT)
 @require_POST
 def run_retry_view(request, pk: int, run_pk: int):
-    run = get_object_or_404(Run, pk=run_pk, experiment_id=pk)
+    run = get_object_or_404(Run.objects.select_related("experiment"), pk=run_pk, experiment_id=pk)
+    owner_or_approver_required(
+        user=request.user, owner_id=run.experiment.created_by_id, what=f"retry runs of experiment #{pk}"
+    )
     if run_retry(run=run):
         messages.info(request, f"Run {run.pk} queued again; its old results will be replaced.")
     else:

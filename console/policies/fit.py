@@ -66,6 +66,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from console.analysis.slices import PROMPT_LENGTH_EDGES, bucket_assign, bucket_labels
+from console.jsonutil import canonical_json
 
 SCHEMA = "specreview.slice-policy/1"
 
@@ -496,10 +497,6 @@ def rules_document(rules: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             for r in rules
         ],
     }
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def document_sha256(document: Mapping[str, Any]) -> str:

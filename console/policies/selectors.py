@@ -13,7 +13,7 @@ from console.analysis.metrics import requests_derive
 from console.analysis.quality import quality_flags
 from console.analysis.selectors import experiment_finished_runs, experiment_sweeps, results_frames
 from console.experiments.models import Experiment
-from console.policies import fit
+from console.policies import deploy, fit
 from console.policies.models import SlicePolicy
 from console.traces.models import TraceRequest
 
@@ -103,10 +103,6 @@ def policy_inputs(*, experiment: Experiment, arms: list[str] | None, load: str |
     )
 
 
-def experiment_policies(*, experiment: Experiment) -> QuerySet[SlicePolicy]:
-    return SlicePolicy.objects.filter(experiment=experiment).select_related("created_by")
-
-
 def policy_list(*, experiment: Experiment | None = None) -> QuerySet[SlicePolicy]:
     qs = SlicePolicy.objects.select_related("experiment", "created_by")
     return qs.filter(experiment=experiment) if experiment is not None else qs
@@ -173,3 +169,43 @@ def policy_page(*, policy: SlicePolicy) -> dict[str, Any]:
         considered.append({**row, "when_text": _when_text(row.get("when") or {})})
     considered.sort(key=lambda r: (r.get("why_not") is not None, -(r.get("benefit") or 0.0)))
     return {"rules": rows, "considered": considered[:300], "n_considered": len(considered)}
+
+
+def policy_model(*, policy: SlicePolicy) -> str:
+    """The target model the policy was measured on (its ``model`` conditions name it)."""
+    for rule in (policy.rules or {}).get("rules", []):
+        if isinstance((rule.get("when") or {}).get("model"), str):
+            return rule["when"]["model"]
+    baseline = policy.experiment.arms.select_related("config").filter(label=policy.baseline_arm).first()
+    return (baseline.config.target_model if baseline else "") or policy.experiment.target_model
+
+
+def policy_deployment(*, policy: SlicePolicy) -> deploy.Deployment:
+    """The serving pools and router table for ``policy``, from the experiment's stored arm configs
+    (what each arm actually ran: engine, target model, engine args, speculative config).
+
+    Raises ``deploy.DeployError`` when the rules name an arm the experiment no longer has, or a
+    stored value cannot be put on a vLLM command line.
+    """
+    arms = {a.label: a for a in policy.experiment.arms.select_related("config")}
+
+    def serving(label: str) -> deploy.ArmServing:
+        config = arms[label].config
+        return deploy.ArmServing(
+            label=label,
+            engine=config.engine,
+            target_model=config.target_model or policy.experiment.target_model,
+            engine_args=dict(config.engine_args or {}),
+            speculative_config=config.speculative_config,
+        )
+
+    if policy.baseline_arm not in arms:
+        raise deploy.DeployError(f"the baseline arm {policy.baseline_arm!r} is no longer in the experiment")
+    return deploy.deployment_build(
+        policy_id=policy.pk,
+        rules_sha256=policy.rules_sha256,
+        document=policy.rules or {},
+        model=policy_model(policy=policy),
+        baseline=serving(policy.baseline_arm),
+        candidates={label: serving(label) for label, arm in arms.items() if not arm.is_baseline},
+    )

@@ -13,8 +13,8 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
 from console.accounts import roles
-from console.analysis.selectors import json_safe
 from console.experiments.models import Experiment
+from console.jsonutil import json_safe
 from console.policies import fit
 from console.policies.models import SlicePolicy
 from console.policies.selectors import PolicyInputError, policy_inputs

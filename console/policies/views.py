@@ -12,10 +12,17 @@ from console.accounts.access import capability_required
 from console.accounts.roles import RUN_EXPERIMENT
 from console.analysis.plots import fig_html
 from console.experiments.models import Experiment
-from console.policies import fit, plots
+from console.listing import listing
+from console.policies import deploy, fit, plots
 from console.policies.forms import PolicyFitForm
 from console.policies.models import SlicePolicy
-from console.policies.selectors import PolicyInputError, policy_export, policy_list, policy_page
+from console.policies.selectors import (
+    PolicyInputError,
+    policy_deployment,
+    policy_export,
+    policy_list,
+    policy_page,
+)
 from console.policies.services import policy_fit
 
 
@@ -36,7 +43,17 @@ def policy_list_view(request):
         "policies/list.html",
         {
             "experiment": experiment,
-            "policies": policy_list(experiment=experiment)[:200],
+            "policies": listing(
+                request,
+                policy_list(experiment=experiment),
+                sorts={
+                    "id": "pk",
+                    "experiment": "experiment__name",
+                    "metric": "metric",
+                    "created": "created_at",
+                },
+                default="-created",
+            ),
             "can_fit": request.user.has_perm(RUN_EXPERIMENT),
         },
     )
@@ -109,6 +126,10 @@ def policy_detail(request, pk: int):
             }
         )
     figure = fig_html(plots.benefit_per_rule(page["rules"]), div_id="benefit-per-rule")
+    try:
+        deployment, deploy_error = policy_deployment(policy=policy), ""
+    except deploy.DeployError as exc:
+        deployment, deploy_error = None, str(exc)
     return render(
         request,
         "policies/detail.html",
@@ -126,6 +147,10 @@ def policy_detail(request, pk: int):
             "by_load": by_load,
             "considered": page["considered"],
             "n_considered": page["n_considered"],
+            "pools": deploy.serve_lines(deployment) if deployment else [],
+            "routing": deployment,
+            "routing_table": deployment.table[:200] if deployment else [],
+            "deploy_error": deploy_error,
         },
     )
 
@@ -137,3 +162,51 @@ def policy_rules_json(request, pk: int):
     response["Content-Disposition"] = f'attachment; filename="slice-policy-{policy.pk}.json"'
     response["X-Content-SHA256"] = policy.rules_sha256
     return response
+
+
+def _deployment_or_409(policy: SlicePolicy) -> deploy.Deployment | HttpResponse:
+    try:
+        return policy_deployment(policy=policy)
+    except deploy.DeployError as exc:
+        return HttpResponse(
+            f"policy {policy.pk} cannot be deployed: {exc}\n",
+            status=409,
+            content_type="text/plain; charset=utf-8",
+        )
+
+
+def _download(body: str, *, content_type: str, filename: str, policy: SlicePolicy) -> HttpResponse:
+    response = HttpResponse(body, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    response["X-Rules-SHA256"] = policy.rules_sha256
+    return response
+
+
+@require_safe
+def policy_serve_sh(request, pk: int):
+    """One ``vllm serve`` line per pool the rules need (shell-quoted)."""
+    policy = get_object_or_404(SlicePolicy.objects.select_related("experiment"), pk=pk)
+    deployment = _deployment_or_409(policy)
+    if isinstance(deployment, HttpResponse):
+        return deployment
+    return _download(
+        deploy.serve_script(deployment),
+        content_type="text/x-shellscript; charset=utf-8",
+        filename=f"slice-policy-{policy.pk}-vllm-serve.sh",
+        policy=policy,
+    )
+
+
+@require_safe
+def policy_router_yaml(request, pk: int):
+    """The LiteLLM proxy config: one tagged deployment per pool (docs/policies.md)."""
+    policy = get_object_or_404(SlicePolicy.objects.select_related("experiment"), pk=pk)
+    deployment = _deployment_or_409(policy)
+    if isinstance(deployment, HttpResponse):
+        return deployment
+    return _download(
+        deploy.router_yaml(deployment),
+        content_type="application/yaml; charset=utf-8",
+        filename=f"slice-policy-{policy.pk}-litellm.yaml",
+        policy=policy,
+    )

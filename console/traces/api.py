@@ -2,93 +2,77 @@
 
 from __future__ import annotations
 
-from django.http import HttpRequest, JsonResponse
+from enum import Enum
+from typing import Any, Literal
+
+from django.http import HttpRequest
+from ninja import File, Form, Path, Query, Router, Status, UploadedFile
 
 from console.accounts.roles import UPLOAD_TRACE
-from console.api import ApiError, api_endpoint
+from console.api import ApiError, Id, Open, access, errors, text
 from console.traces import selectors
-from console.traces.errors import TraceError, TraceImportError
+from console.traces.errors import TraceImportError
 from console.traces.models import Trace
 from console.traces.parsers import PARSERS
-from console.traces.services import trace_import
-from console.traces.uploads import install_size_limit, refused_message
-
-UPLOAD_BODY = {
-    "required": True,
-    "content": {
-        "multipart/form-data": {
-            "schema": {
-                "type": "object",
-                "required": ["file"],
-                "properties": {
-                    "file": {"type": "string", "format": "binary"},
-                    "name": {"type": "string"},
-                    "format": {"type": "string", "enum": list(PARSERS)},
-                    "arrival": {
-                        "type": "string",
-                        "description": "constant:RATE, poisson:RATE, gamma:RATE:CV, borrow:ID",
-                    },
-                    "pair_with": {
-                        "type": "string",
-                        "description": "trace id (or shared:PATH) of a prompt pool",
-                    },
-                    "holdout": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.3},
-                    "seed": {"type": "integer", "default": 0},
-                    "default_max_tokens": {"type": "integer", "minimum": 1, "default": 256},
-                },
-            }
-        }
-    },
-}
-
-
-def _number(request: HttpRequest, key: str, default, cast):
-    raw = request.POST.get(key, "")
-    if raw == "":
-        return default
-    try:
-        return cast(raw)
-    except ValueError:
-        raise ApiError(400, f"{key}: {raw!r} is not a valid {cast.__name__}") from None
-
-
-@api_endpoint(
-    path="/api/traces",
-    methods={"GET": "List traces", "POST": "Upload a trace file (multipart); 201 new, 200 already stored"},
-    capability={"POST": UPLOAD_TRACE},
-    request_body=UPLOAD_BODY,
+from console.traces.parsers.mapped import (
+    KEEP_FIELDS_MAX,
+    PATH_MAX_CHARS,
+    SYSTEM_PROMPT_MAX_CHARS,
+    field_mapping_parse,
 )
-def traces_api(request: HttpRequest):
-    if request.method == "GET":
-        return {"traces": [selectors.trace_as_dict(t) for t in selectors.trace_list()[:500]]}
-    install_size_limit(request)
-    upload = request.FILES.get("file")
-    refused = refused_message(request)
-    if refused:
-        raise ApiError(
-            400, refused, details=TraceImportError([TraceError(None, None, refused, "upload")]).as_dict()
-        )
-    if upload is None:
-        raise ApiError(400, "send the trace as a multipart form field named 'file'")
-    try:
-        result = trace_import(
-            file=upload,
-            name=request.POST.get("name", "") or upload.name or "upload",
-            uploaded_by=request.user,
-            filename=upload.name or "upload",
-            source_format=request.POST.get("format") or None,
-            arrival=request.POST.get("arrival") or None,
-            pair_with=request.POST.get("pair_with") or None,
-            holdout_fraction=_number(request, "holdout", 0.3, float),
-            seed=_number(request, "seed", 0, int),
-            default_max_tokens=_number(request, "default_max_tokens", 256, int),
-            allow_paths=False,
-        )
-    except TraceImportError as exc:
-        raise ApiError(400, f"invalid trace: {exc}", details=exc.as_dict()) from None
-    body = {"trace": selectors.trace_as_dict(result.trace, detail=True), "created": result.created}
-    body["message"] = result.message
-    return JsonResponse(body, status=201 if result.created else 200)
+from console.traces.services import trace_import
+from console.traces.uploads import upload_size_guard
+
+router = Router(tags=["traces"])
+
+TraceFormat = Enum("TraceFormat", {name: name for name in PARSERS}, type=str)  # type: ignore[misc]
+NAME_MAX = Trace._meta.get_field("name").max_length
+SEED_MAX = 2**63 - 1
+
+
+class TraceOut(Open):
+    id: int
+    name: str
+    source_format: str
+    size_bytes: int
+    sha256: str
+    request_count: int
+    holdout_fraction: float
+    seed: int
+    created_at: str
+    url: str
+
+
+class TraceDetailOut(TraceOut):
+    warnings: Any
+    summary: Any
+    metadata: Any
+
+
+class TraceListOut(Open):
+    traces: list[TraceOut]
+
+
+class TraceUploadOut(Open):
+    trace: TraceDetailOut
+    created: bool
+    message: str
+
+
+class TraceRequestOut(Open):
+    position: int
+    id: str
+    arrival_s: float
+    max_tokens: int
+    split: str
+
+
+class TraceRequestsOut(Open):
+    trace: int
+    offset: int
+    limit: int
+    count: int
+    requests: list[TraceRequestOut]
 
 
 def _trace(pk: int) -> Trace:
@@ -98,25 +82,103 @@ def _trace(pk: int) -> Trace:
         raise ApiError(404, f"no trace {pk}") from None
 
 
-@api_endpoint(path="/api/traces/{id}", methods={"GET": "One trace: summary, warnings, pairing"})
-def trace_api(request: HttpRequest, pk: int):
-    return selectors.trace_as_dict(_trace(pk), detail=True)
+@router.get("/traces", response={200: TraceListOut, **errors()}, url_name="traces-api", summary="List traces")
+def traces_list(request: HttpRequest):
+    return {"traces": [selectors.trace_as_dict(t) for t in selectors.trace_list()[:500]]}
 
 
-@api_endpoint(
-    path="/api/traces/{id}/requests",
-    methods={"GET": "A trace's requests in arrival order (?split=train|holdout&offset=0&limit=500)"},
+@router.post(
+    "/traces",
+    response={200: TraceUploadOut, 201: TraceUploadOut, **errors(400, 413)},
+    url_name="traces-api",
+    summary="Upload a trace file (multipart); 201 new, 200 already stored",
+    **access(capability=UPLOAD_TRACE, before_body=upload_size_guard),
 )
-def trace_requests_api(request: HttpRequest, pk: int):
-    trace = _trace(pk)
+def traces_upload(
+    request: HttpRequest,
+    file: File[UploadedFile],
+    name: text(NAME_MAX) = Form(""),  # type: ignore[valid-type]
+    format: TraceFormat | None = Form(None),  # type: ignore[valid-type]
+    arrival: text(200) = Form("", description="constant:RATE, poisson:RATE, gamma:RATE:CV, borrow:ID"),  # type: ignore[valid-type]
+    pair_with: text(500) = Form("", description="trace id (or shared:PATH) of a prompt pool"),  # type: ignore[valid-type]
+    holdout: float = Form(0.3, ge=0, le=1),
+    seed: int = Form(0, ge=0, le=SEED_MAX),
+    default_max_tokens: int = Form(256, ge=1, le=2**31 - 1),
+    task: text(60) = Form("", description="task label for requests that carry none"),  # type: ignore[valid-type]
+    prompt_field: text(PATH_MAX_CHARS) = Form(  # type: ignore[valid-type]
+        "", description="dotted path to the prompt text or chat messages: selects the field-mapped format"
+    ),
+    id_field: text(PATH_MAX_CHARS) = Form("", description="dotted path to the request id"),  # type: ignore[valid-type]
+    task_field: text(PATH_MAX_CHARS) = Form("", description="dotted path to the task label"),  # type: ignore[valid-type]
+    system_prompt: text(SYSTEM_PROMPT_MAX_CHARS) = Form("", description="system message before each prompt"),  # type: ignore[valid-type]
+    keep_field: list[text(PATH_MAX_CHARS)] = Form(  # type: ignore[valid-type]
+        [], max_length=KEEP_FIELDS_MAX, description="dotted paths kept in metadata; repeat the field"
+    ),
+    turns: Literal["first", "all"] = Form("first", description="multi-turn prompt sets: first turn, or all as sessions"),
+    think_time: text(100) = Form("", description="before later turns: const:SECONDS, exp:MEAN, none"),  # type: ignore[valid-type]
+):
+    """Needs permission accounts.upload_trace. The size limit (SPECREVIEW_TRACE_MAX_BYTES) is checked
+    against Content-Length before the body is read, and again while it streams in: 413. A gzip file of
+    any format is read through the compression, the limit applying to the decompressed bytes."""
     try:
-        offset = max(0, int(request.GET.get("offset", 0)))
-        limit = min(5000, max(1, int(request.GET.get("limit", 500))))
-    except ValueError:
-        raise ApiError(400, "offset and limit must be integers") from None
-    split = request.GET.get("split") or None
-    if split not in (None, "all", "train", "holdout"):
-        raise ApiError(400, "split must be train, holdout or all")
+        mapping = field_mapping_parse(
+            prompt_field=prompt_field,
+            id_field=id_field,
+            task_field=task_field,
+            system_prompt=system_prompt,
+            keep_fields=keep_field,
+        )
+        result = trace_import(
+            file=file,
+            name=name or file.name or "upload",
+            uploaded_by=request.user,
+            filename=file.name or "upload",
+            source_format=format.value if format else None,
+            arrival=arrival or None,
+            pair_with=pair_with or None,
+            holdout_fraction=holdout,
+            seed=seed,
+            default_max_tokens=default_max_tokens,
+            allow_paths=False,
+            default_task=task or None,
+            mapping=mapping,
+            turns=turns,
+            think_time=think_time or None,
+        )
+    except TraceImportError as exc:
+        raise ApiError(400, f"invalid trace: {exc}", details=exc.as_dict()) from None
+    body = {
+        "trace": selectors.trace_as_dict(result.trace, detail=True),
+        "created": result.created,
+        "message": result.message,
+    }
+    return Status(201 if result.created else 200, body)
+
+
+@router.get(
+    "/traces/{id}",
+    response={200: TraceDetailOut, **errors(400, 404)},
+    url_name="trace-api",
+    summary="One trace: summary, warnings, pairing",
+)
+def trace_detail(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
+    return selectors.trace_as_dict(_trace(id), detail=True)
+
+
+@router.get(
+    "/traces/{id}/requests",
+    response={200: TraceRequestsOut, **errors(400, 404)},
+    url_name="trace-requests-api",
+    summary="A trace's requests in arrival order",
+)
+def trace_requests(
+    request: HttpRequest,
+    id: Path[Id],  # type: ignore[valid-type]
+    split: Literal["all", "train", "holdout"] | None = Query(None),
+    offset: int = Query(0, ge=0, le=2**31 - 1),
+    limit: int = Query(500, ge=1, le=5000),
+):
+    trace = _trace(id)
     qs = selectors.trace_requests(trace=trace, split=split)
     rows = [selectors.trace_request_as_dict(r) for r in qs[offset : offset + limit]]
     return {"trace": trace.pk, "offset": offset, "limit": limit, "count": qs.count(), "requests": rows}

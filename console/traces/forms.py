@@ -6,8 +6,16 @@ from django import forms
 from django.conf import settings
 
 from console.traces.arrivals import ArrivalSpecError, arrival_spec_parse
+from console.traces.errors import TraceImportError
 from console.traces.parsers import FORMAT_CHOICES
+from console.traces.parsers.mapped import (
+    KEEP_FIELDS_MAX,
+    PATH_MAX_CHARS,
+    SYSTEM_PROMPT_MAX_CHARS,
+    field_mapping_parse,
+)
 from console.traces.selectors import pairing_pool_choices
+from console.traces.sessions import ThinkTimeSpecError, think_time_spec_parse
 
 
 class TraceUploadForm(forms.Form):
@@ -23,7 +31,12 @@ class TraceUploadForm(forms.Form):
         initial=0.3,
         help_text="Share of requests kept out of policy fitting (train/holdout by a stable hash of the id).",
     )
-    seed = forms.IntegerField(initial=0, help_text="Seeds the arrival process, the pairing and the split.")
+    seed = forms.IntegerField(
+        initial=0,
+        min_value=0,
+        max_value=2**63 - 1,
+        help_text="Seeds the arrival process, the pairing and the split (0 to 2^63 - 1).",
+    )
     arrival = forms.CharField(
         label="Arrival process",
         required=False,
@@ -43,6 +56,61 @@ class TraceUploadForm(forms.Form):
         help_text="For prompt sets, which carry no output length.",
     )
 
+    # A prompt set in any layout: naming the prompt field selects the field-mapped format.
+    prompt_field = forms.CharField(
+        label="Prompt field",
+        required=False,
+        max_length=PATH_MAX_CHARS,
+        help_text="For a prompt set no format above knows: the dotted path to the prompt text or to a list of chat "
+        "messages [{role, content}], e.g. data.question. JSON, JSONL, CSV or Parquet, gzip or not.",
+    )
+    id_field = forms.CharField(
+        label="Id field",
+        required=False,
+        max_length=PATH_MAX_CHARS,
+        help_text="Dotted path to the request id.",
+    )
+    task_field = forms.CharField(
+        label="Task field",
+        required=False,
+        max_length=PATH_MAX_CHARS,
+        help_text="Dotted path to the task label.",
+    )
+    default_task = forms.CharField(
+        label="Task",
+        required=False,
+        max_length=60,
+        help_text="Task label for requests that carry none (code, chat, math, ...).",
+    )
+    system_prompt = forms.CharField(
+        label="System prompt",
+        required=False,
+        max_length=SYSTEM_PROMPT_MAX_CHARS,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Put before each prompt as a system message.",
+    )
+    keep_fields = forms.CharField(
+        label="Keep fields",
+        required=False,
+        max_length=KEEP_FIELDS_MAX * (PATH_MAX_CHARS + 1),
+        help_text=f"Dotted paths kept in each request's metadata (answers, tests for graders); comma-separated, "
+        f"at most {KEEP_FIELDS_MAX}.",
+    )
+    turns = forms.ChoiceField(
+        label="Turns",
+        required=False,
+        choices=[("first", "first turn of each conversation"), ("all", "all turns, as sessions")],
+        initial="first",
+        help_text="For multi-turn prompt sets (ShareGPT, MT-Bench): replay later turns as sessions.",
+    )
+    think_time = forms.CharField(
+        label="Think time",
+        required=False,
+        max_length=100,
+        help_text="Before each later turn: const:SECONDS, exp:MEAN_SECONDS or none (seeded by the seed).",
+    )
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["pair_with"].choices = [
@@ -56,5 +124,51 @@ class TraceUploadForm(forms.Form):
             try:
                 arrival_spec_parse(value)
             except ArrivalSpecError as exc:
+                raise forms.ValidationError(str(exc)) from None
+        return value
+
+    def clean(self):
+        data = super().clean()
+        keep = [k for k in (data.get("keep_fields") or "").replace("\n", ",").split(",") if k.strip()]
+        try:
+            data["mapping"] = field_mapping_parse(
+                prompt_field=data.get("prompt_field"),
+                id_field=data.get("id_field"),
+                task_field=data.get("task_field"),
+                system_prompt=(data.get("system_prompt") or "").strip() and data.get("system_prompt"),
+                keep_fields=keep,
+            )
+        except TraceImportError as exc:
+            data["mapping"] = None
+            fields = {"keep_field": "keep_fields"}
+            for error in exc.errors:
+                self.add_error(fields.get(error.field or "", error.field), error.message)
+        if data.get("mapping") is not None and data.get("source_format"):
+            self.add_error("source_format", "a prompt field maps the file itself: leave the format to detect")
+        return data
+
+    MAPPING_FIELDS = (
+        "prompt_field",
+        "id_field",
+        "task_field",
+        "default_task",
+        "system_prompt",
+        "keep_fields",
+    )
+
+    def main_fields(self) -> list:
+        """The fields every upload uses, shown first."""
+        return [self[name] for name in self.fields if name not in self.MAPPING_FIELDS]
+
+    def mapping_fields(self) -> list:
+        """The field mapping for prompt sets in any layout, shown together."""
+        return [self[name] for name in self.MAPPING_FIELDS]
+
+    def clean_think_time(self) -> str:
+        value = self.cleaned_data["think_time"].strip()
+        if value:
+            try:
+                think_time_spec_parse(value)
+            except ThinkTimeSpecError as exc:
                 raise forms.ValidationError(str(exc)) from None
         return value

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 import math
 from collections import Counter
 from collections.abc import Iterator
@@ -19,10 +20,11 @@ from typing import IO, Any
 from console.traces.arrivals import ArrivalSpec, arrival_spec_parse, arrivals_generate
 from console.traces.errors import ErrorLog
 from console.traces.pairing import PromptPool
-from console.traces.parsers import PARSERS, PROMPTS, REQUESTS, TIMING, ParseContext
-from console.traces.splits import split_for, split_trace_key
+from console.traces.parsers import PARSERS, PROMPTS, REQUESTS, TIMING, ParseContext, Record
+from console.traces.sessions import SessionChecker, ThinkTimeSpec
+from console.traces.splits import split_assigner, split_trace_key
 from console.traces.tokens import ESTIMATE_NAME, TokenCounter, prompt_tokens
-from console.traces.validation import request_schema_errors, request_semantic_errors
+from console.traces.validation import request_semantic_errors, request_validator
 
 ROW_FIELDS = (
     "position",
@@ -42,6 +44,9 @@ ROW_FIELDS = (
     "prompt_tokens",
     "split",
     "source_index",
+    "session_id",
+    "turn",
+    "think_time_s",
 )
 JSON_FIELDS = ("messages", "response_format", "tools", "metadata")
 DEFAULT_PROMPT_ARRIVAL = "poisson:1"
@@ -64,6 +69,9 @@ class ImportOptions:
     token_counter: TokenCounter | None = None
     token_counter_name: str = ESTIMATE_NAME
     error_cap: int = 100
+    mapping: Any = None  # parsers.mapped.FieldMapping: where a field-mapped prompt set keeps its fields
+    turns: str = "first"  # multi-turn prompt sets: "first" turn only, or "all" turns as sessions
+    think_time: ThinkTimeSpec | None = None  # for later turns that carry none (seconds)
 
 
 @dataclass
@@ -106,7 +114,26 @@ class Summary:
 
 
 _ENCODER = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-_canonical = _ENCODER.encode
+# ``_ENCODER.encode`` builds a new C encoder on every call (about half its cost on a small value):
+# this one is built once, with the same settings and no circular-reference bookkeeping (decoded
+# JSON cannot be circular). Anything it refuses goes to ``_ENCODER.encode`` for the exact error.
+_C_ENCODE = (
+    json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+        None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", True, False, True
+    )
+    if json.encoder.c_make_encoder is not None  # type: ignore[attr-defined]
+    else None
+)
+
+
+def _canonical(value: Any) -> str:
+    """Canonical JSON text: sorted keys, no spaces, non-ASCII kept (the text the content hash covers)."""
+    if _C_ENCODE is not None:
+        try:
+            return "".join(_C_ENCODE(value, 0))
+        except Exception:  # noqa: BLE001, S110 - the reference encoder below raises the precise error
+            pass
+    return _ENCODER.encode(value)
 
 
 class TraceBuilder:
@@ -123,6 +150,8 @@ class TraceBuilder:
             errors=self.errors,
             default_max_tokens=options.default_max_tokens,
             default_task=options.default_task,
+            mapping=options.mapping,
+            turns=options.turns,
         )
         self.summary = Summary()
         self.warnings: list[str] = []
@@ -131,6 +160,8 @@ class TraceBuilder:
         self.content_hash = 0
         self.arrival_label = "trace"
         self._ids: set[str] = set()
+        self.sessions = SessionChecker()
+        self.later_turns = 0
 
     # --- arrivals -----------------------------------------------------------------------------
     def _arrival_source(self) -> Iterator[float] | None:
@@ -153,6 +184,30 @@ class TraceBuilder:
             return iter(self.options.borrowed_arrivals or [])
         return arrivals_generate(spec, seed=self.options.seed)
 
+    def _pair(self, record: Record) -> None:
+        """Give a timing-only record the content of its matched pool prompt."""
+        opts = self.options
+        data = record.data
+        assert opts.pool is not None
+        chosen = opts.pool.match(
+            request_id=str(data.get("id")),
+            task=data.get("task"),
+            input_tokens=record.input_tokens or 0,
+            seed=opts.seed,
+        )
+        for key in ("prompt", "messages", "tools", "response_format"):
+            value = getattr(chosen, key)
+            if value is not None:
+                data[key] = value
+        data["task"] = data.get("task") or chosen.task
+        data["max_tokens"] = record.output_tokens
+        data.setdefault("metadata", {})["paired"] = {
+            "pool_prompt": chosen.key,
+            "trace_input_tokens": record.input_tokens,
+            "trace_output_tokens": record.output_tokens,
+            "prompt_tokens": chosen.tokens,
+        }
+
     # --- the pipeline ---------------------------------------------------------------------------
     def rows(self) -> Iterator[tuple]:
         opts = self.options
@@ -167,153 +222,235 @@ class TraceBuilder:
         arrivals = self._arrival_source()
         if self.errors:
             return
-        trace_key = split_trace_key(seed=opts.seed)
+        split_of = split_assigner(trace_key=split_trace_key(seed=opts.seed), holdout_fraction=opts.holdout_fraction)
         counter = opts.token_counter
+        ceiling = opts.max_tokens_ceiling
+        timing = self.kind == TIMING
+        needs_timestamp = self.kind == REQUESTS and opts.source_format != "native"
         origin: float | None = None
         last_arrival = -math.inf
         index = 0
         borrowed_short = False
-        summary = self.summary
         ids = self._ids
         errors = self.errors
-        for record in self.parser.parse(self.file, self.ctx):
-            data = record.data
-            line = record.line
-            if record.output_tokens is not None and record.output_tokens == 0:
-                self.ctx.notes["skipped_failed"] += 1
-                continue
-            # timing
-            clock_arrival: float | None = None
-            if arrivals is not None:
-                value = next(arrivals, None)
-                if value is None:
-                    if not borrowed_short:
-                        errors.add(line, "arrival", f"the borrowed arrivals ran out after {index} requests")
-                        borrowed_short = True
+        add_error = errors.add
+        validate = request_validator()
+        sessions = self.sessions
+        session_lines = sessions.lines
+        error_list = errors.errors
+        canonical = _canonical
+        sha256 = hashlib.sha256
+        from_bytes = int.from_bytes
+        content_hash = self.content_hash
+        out_of_order = self.out_of_order
+        # the summary, kept in locals while rows stream and stored on self.summary when they stop
+        tasks: dict[str, int] = {}
+        classes: dict[str, int] = {}
+        splits: dict[str, int] = {}
+        count = with_tools = with_schema = chat = 0
+        tokens_sum = tokens_max = max_tokens_sum = max_tokens_max = 0
+        arrival_min, arrival_max = math.inf, -math.inf
+        try:
+            for record in self.parser.parse(self.file, self.ctx):
+                data = record.data
+                line = record.line
+                if record.output_tokens == 0:
+                    self.ctx.notes["skipped_failed"] += 1
                     continue
-                data["arrival_s"] = value
-            elif record.clock_s is not None:
-                if origin is None:
-                    origin = record.clock_s
-                clock_arrival = record.clock_s - origin
-                data["arrival_s"] = 0.0  # validated below; set after (it may be negative before the shift)
-            elif "arrival_s" not in data and self.kind == REQUESTS and opts.source_format != "native":
-                errors.add(
-                    line, "timestamp", "is missing: give the request a timestamp, or an arrival process"
-                )
-                continue
-            # content
-            if self.kind == TIMING:
-                assert opts.pool is not None
+                # timing
+                clock_arrival: float | None = None
+                later_turn = bool(data.get("turn"))  # sent after its previous turn, not at an arrival
+                if later_turn and (arrivals is not None or record.clock_s is not None):
+                    data.pop("arrival_s", None)  # nominal: the session's start, set below
+                elif arrivals is not None:
+                    value = next(arrivals, None)
+                    if value is None:
+                        if not borrowed_short:
+                            add_error(line, "arrival", f"the borrowed arrivals ran out after {index} requests")
+                            borrowed_short = True
+                        continue
+                    data["arrival_s"] = value
+                elif record.clock_s is not None:
+                    if origin is None:
+                        origin = record.clock_s
+                    clock_arrival = record.clock_s - origin
+                    data["arrival_s"] = 0.0  # validated below; set after (it may be negative before the shift)
+                elif needs_timestamp and "arrival_s" not in data:
+                    add_error(line, "timestamp", "is missing: give the request a timestamp, or an arrival process")
+                    continue
+                # content
+                if timing:
+                    self._pair(record)
+                # validation: the schema, then what a schema cannot say
+                problems: list[tuple[str, str]] = []
+                validate(data, "", problems)
+                if not problems:
+                    problems = request_semantic_errors(data, max_tokens_ceiling=ceiling)
                 request_id = str(data.get("id"))
-                chosen = opts.pool.match(
-                    request_id=request_id,
-                    task=data.get("task"),
-                    input_tokens=record.input_tokens or 0,
-                    seed=opts.seed,
+                if request_id in ids:
+                    problems.append(("id", f"duplicate id {request_id!r} (ids must be unique within a trace)"))
+                session_id = str(data.get("session_id", request_id))
+                turn = int(data.get("turn") or 0)
+                if not problems:
+                    held = session_lines.get(session_id)  # None: the session's first request (most are)
+                    seen = None if held is None else sessions.duplicate(session_id=session_id, turn=turn)
+                    if seen is not None:
+                        problems.append(
+                            ("turn", f"duplicate turn {turn} of session {session_id!r} (line {seen} has it already)")
+                        )
+                    elif turn and "arrival_s" not in data:
+                        start = sessions.start(session_id)
+                        if start is None:
+                            problems.append(
+                                (
+                                    "arrival_s",
+                                    f"is missing, and no turn 0 with session_id {session_id!r} is before this "
+                                    "line: list a session's turns in order, or give the later turn an arrival_s",
+                                )
+                            )
+                        else:
+                            data["arrival_s"] = start  # nominal (for ordering): the replay uses think_time_s
+                if problems:
+                    for path, message in problems:
+                        add_error(line, path or None, message)
+                    continue
+                ids.add(request_id)
+                if held is None and turn == 0 and "session_id" not in data:
+                    session_lines[session_id] = line  # what sessions.add does for a request of its own
+                else:
+                    sessions.add(
+                        session_id=session_id,
+                        turn=turn,
+                        line=line,
+                        arrival_s=None if turn else (clock_arrival if clock_arrival is not None else data["arrival_s"]),
+                        explicit="session_id" in data,
+                    )
+                if error_list or errors.more:
+                    continue  # keep validating to report every bad line, but build nothing more
+                if clock_arrival is not None:
+                    if not math.isfinite(clock_arrival):
+                        add_error(line, "timestamp", "is too far from the first request's (not a finite offset)")
+                        continue
+                    data["arrival_s"] = clock_arrival
+                arrival = float(data["arrival_s"])
+                prompt = data.get("prompt")
+                messages = data.get("messages")
+                metadata = data.get("metadata") or {}
+                tokens = prompt_tokens(prompt=prompt, messages=messages, token_counter=counter)
+                if timing:
+                    metadata["paired"]["prompt_tokens"] = tokens
+                task = data.get("task") or "unknown"
+                traffic = data.get("class") or "interactive"
+                # keyed by the session: all turns of a conversation fall in the same split
+                split = split_of(session_id)
+                think_time = 0.0
+                if turn:
+                    self.later_turns += 1
+                    if "think_time_s" in data:
+                        think_time = float(data["think_time_s"])
+                    elif opts.think_time is not None:
+                        think_time = opts.think_time.sample(seed=opts.seed, session_id=session_id, turn=turn)
+                max_tokens = int(data["max_tokens"])
+                response_format = data.get("response_format")
+                tools = data.get("tools")
+                temperature, top_p, seed = data.get("temperature"), data.get("top_p"), data.get("seed")
+                if type(seed) is float:
+                    seed = int(seed)  # an integral float (5.0) passes the schema; the column is an integer
+                # JSON columns serialised once, canonically: for COPY and for the content hash
+                messages_text = None if messages is None else canonical(messages)
+                format_text = None if response_format is None else canonical(response_format)
+                tools_text = None if tools is None else canonical(tools)
+                metadata_text = canonical(metadata)
+                # the hashed key: fields joined by \x1f, None as "" for text and repr() for numbers
+                key = (
+                    f"{request_id}\x1f{arrival!r}\x1f{prompt or ''}\x1f{messages_text or ''}\x1f{format_text or ''}"
+                    f"\x1f{tools_text or ''}\x1f{metadata_text}\x1f{max_tokens}\x1f{temperature!r}\x1f{top_p!r}"
+                    f"\x1f{seed!r}\x1f{task}\x1f{traffic}\x1f{tokens}"
                 )
-                for key in ("prompt", "messages", "tools", "response_format"):
-                    value = getattr(chosen, key)
-                    if value is not None:
-                        data[key] = value
-                data["task"] = data.get("task") or chosen.task
-                data["max_tokens"] = record.output_tokens
-                data.setdefault("metadata", {})["paired"] = {
-                    "pool_prompt": chosen.key,
-                    "trace_input_tokens": record.input_tokens,
-                    "trace_output_tokens": record.output_tokens,
-                    "prompt_tokens": chosen.tokens,
-                }
-            # validation: the schema, then what a schema cannot say
-            problems = request_schema_errors(data)
-            if not problems:
-                problems = request_semantic_errors(data, max_tokens_ceiling=opts.max_tokens_ceiling)
-            request_id = str(data.get("id"))
-            if request_id in ids:
-                problems.append(("id", f"duplicate id {request_id!r} (ids must be unique within a trace)"))
-            if problems:
-                for path, message in problems:
-                    errors.add(line, path or None, message)
-                continue
-            ids.add(request_id)
-            if errors:
-                continue  # keep validating to report every bad line, but build nothing more
-            if clock_arrival is not None:
-                data["arrival_s"] = clock_arrival
-            arrival = float(data["arrival_s"])
-            prompt = data.get("prompt")
-            messages = data.get("messages")
-            metadata = data.get("metadata") or {}
-            tokens = prompt_tokens(prompt=prompt, messages=messages, token_counter=counter)
-            if self.kind == TIMING:
-                metadata["paired"]["prompt_tokens"] = tokens
-            task = data.get("task") or "unknown"
-            traffic = data.get("class") or "interactive"
-            split = split_for(
-                trace_key=trace_key, request_id=request_id, holdout_fraction=opts.holdout_fraction
-            )
-            max_tokens = int(data["max_tokens"])
-            response_format = data.get("response_format")
-            tools = data.get("tools")
-            temperature, top_p, seed = data.get("temperature"), data.get("top_p"), data.get("seed")
-            # JSON columns serialised once, canonically: for COPY and for the content hash
-            texts = (
-                None if messages is None else _canonical(messages),
-                None if response_format is None else _canonical(response_format),
-                None if tools is None else _canonical(tools),
-                _canonical(metadata),
-            )
-            key = "\x1f".join(
-                (request_id, repr(arrival), prompt or "", *(t or "" for t in texts), str(max_tokens))
-                + (repr(temperature), repr(top_p), repr(seed), task, traffic, str(tokens))
-            )
-            if "\x00" in key or "\\u0000" in key:
-                errors.add(line, None, "contains a NUL character (\\u0000), which cannot be stored")
-                continue
-            digest = hashlib.sha256(key.encode()).digest()
-            self.content_hash = (self.content_hash + int.from_bytes(digest, "big")) % _MOD
-            if arrival < last_arrival:
-                self.out_of_order += 1
-            else:
-                last_arrival = arrival
-            row = (
-                index,
-                request_id,
-                arrival,
-                prompt,
-                messages,
-                max_tokens,
-                temperature,
-                top_p,
-                seed,
-                task,
-                traffic,
-                response_format,
-                tools,
-                metadata,
-                tokens,
-                split,
-                index,
-            )
-            summary.count += 1
-            summary.tasks[task] += 1
-            summary.classes[traffic] += 1
-            summary.splits[split] += 1
-            summary.with_tools += bool(tools)
-            summary.with_schema += bool(response_format and response_format.get("type") == "json_schema")
-            summary.chat += messages is not None
-            summary.prompt_tokens_sum += tokens
-            summary.prompt_tokens_max = max(summary.prompt_tokens_max, tokens)
-            summary.max_tokens_sum += max_tokens
-            summary.max_tokens_max = max(summary.max_tokens_max, max_tokens)
-            summary.arrival_min = min(summary.arrival_min, arrival)
-            summary.arrival_max = max(summary.arrival_max, arrival)
-            index += 1
-            yield row, texts
+                # single-turn requests hash as before sessions existed: stored traces keep their hash
+                if turn or session_id != request_id:
+                    key = f"{key}\x1f{session_id}\x1f{turn}\x1f{think_time!r}"
+                if "\x00" in key or "\\u0000" in key:
+                    add_error(line, None, "contains a NUL character (\\u0000), which cannot be stored")
+                    continue
+                content_hash += from_bytes(sha256(key.encode()).digest(), "big")  # reduced mod 2**256 at the end
+                if arrival < last_arrival:
+                    out_of_order += 1
+                else:
+                    last_arrival = arrival
+                count += 1
+                tasks[task] = tasks.get(task, 0) + 1
+                classes[traffic] = classes.get(traffic, 0) + 1
+                splits[split] = splits.get(split, 0) + 1
+                if tools:
+                    with_tools += 1
+                if response_format and response_format.get("type") == "json_schema":
+                    with_schema += 1
+                if messages is not None:
+                    chat += 1
+                tokens_sum += tokens
+                if tokens > tokens_max:
+                    tokens_max = tokens
+                max_tokens_sum += max_tokens
+                if max_tokens > max_tokens_max:
+                    max_tokens_max = max_tokens
+                if arrival < arrival_min:
+                    arrival_min = arrival
+                if arrival > arrival_max:
+                    arrival_max = arrival
+                row = (
+                    index,
+                    request_id,
+                    arrival,
+                    prompt,
+                    messages,
+                    max_tokens,
+                    temperature,
+                    top_p,
+                    seed,
+                    task,
+                    traffic,
+                    response_format,
+                    tools,
+                    metadata,
+                    tokens,
+                    split,
+                    index,
+                    session_id,
+                    turn,
+                    think_time,
+                )
+                index += 1
+                yield row, (messages_text, format_text, tools_text, metadata_text)
+        finally:
+            self.content_hash = content_hash % _MOD
+            self.out_of_order = out_of_order
+            summary = self.summary
+            summary.count += count
+            summary.tasks.update(tasks)
+            summary.classes.update(classes)
+            summary.splits.update(splits)
+            summary.with_tools += with_tools
+            summary.with_schema += with_schema
+            summary.chat += chat
+            summary.prompt_tokens_sum += tokens_sum
+            summary.prompt_tokens_max = max(summary.prompt_tokens_max, tokens_max)
+            summary.max_tokens_sum += max_tokens_sum
+            summary.max_tokens_max = max(summary.max_tokens_max, max_tokens_max)
+            summary.arrival_min = min(summary.arrival_min, arrival_min)
+            summary.arrival_max = max(summary.arrival_max, arrival_max)
         self._finish()
 
     def _finish(self) -> None:
         notes = self.ctx.notes
+        self.sessions.finish(self.errors)
+        if self.later_turns:
+            think = self.options.think_time
+            self.warnings.append(
+                f"{self.sessions.multi_turn} sessions have later turns ({self.later_turns} requests): each is sent "
+                "after its previous turn's answer plus its think time, with that answer in its messages"
+                + (f"; think times without one in the file come from {think} (seed {self.options.seed})." if think else ".")
+            )
         if self.summary.count == 0 and not self.errors:
             self.errors.add(None, None, "the file has no requests")
         if self.summary.arrival_min < 0:
@@ -321,6 +458,10 @@ class TraceBuilder:
         if notes["skipped_failed"]:
             self.warnings.append(
                 f"Skipped {notes['skipped_failed']} requests with no output tokens (failed requests in the source)."
+            )
+        if notes["sessions_cut"]:
+            self.warnings.append(
+                f"{notes['sessions_cut']} conversations had a human turn without text: each session ends before it."
             )
         if notes["default_max_tokens"]:
             self.warnings.append(
@@ -347,4 +488,7 @@ class TraceBuilder:
         data["token_counter"] = self.options.token_counter_name
         data["out_of_order"] = self.out_of_order
         data["skipped_failed"] = self.ctx.notes["skipped_failed"]
+        data["sessions"] = self.sessions.count
+        data["multi_turn_sessions"] = self.sessions.multi_turn
+        data["turns_max"] = self.sessions.turns_max
         return data

@@ -76,6 +76,15 @@ class TraceRequest(models.Model):
     )
     split = models.CharField(max_length=10, choices=[(s, s) for s in SPLITS])
     source_index = models.PositiveIntegerField(default=0, help_text="0-based index in the source file")
+    # Sessions (chat and agent traffic): turn k + 1 of a session is sent think_time_s after turn k's
+    # answer finished, with that answer in its messages. A single request is a session of one turn.
+    session_id = models.CharField(
+        max_length=200, default="", blank=True, help_text="session (conversation) id; the request id if single-turn"
+    )
+    turn = models.PositiveIntegerField(default=0, help_text="0-based turn within the session")
+    think_time_s = models.FloatField(
+        default=0.0, help_text="seconds after the previous turn's answer finished (0 for turn 0)"
+    )
 
     class Meta:
         ordering = ["trace", "position"]

@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
-import plotly.io as pio
 from django.conf import settings
 from django.db.models import Count, QuerySet
 from django.db.models.functions import Mod
 
+from console.figures import figure_html
 from console.traces.models import Trace, TraceRequest
 from console.traces.parsers import PARSERS, TIMING
 
@@ -79,17 +79,17 @@ def _column(trace: Trace, field: str) -> np.ndarray:
     return np.array([v for v in values if v is not None], dtype=float)
 
 
+FIGURE_LAYOUT = {
+    "height": 280,
+    "margin": {"l": 50, "r": 15, "t": 40, "b": 45},
+    "template": "plotly_white",
+    "font": {"size": 12},
+    "showlegend": False,
+}
+
+
 def _html(fig: go.Figure) -> str:
-    fig.update_layout(
-        height=280,
-        margin={"l": 50, "r": 15, "t": 40, "b": 45},
-        template="plotly_white",
-        font={"size": 12},
-        showlegend=False,
-    )
-    return pio.to_html(
-        fig, include_plotlyjs=False, full_html=False, config={"displaylogo": False, "responsive": True}
-    )
+    return figure_html(fig, layout=FIGURE_LAYOUT)
 
 
 def trace_figures(*, trace: Trace) -> dict[str, str]:
@@ -197,4 +197,7 @@ def trace_request_as_dict(r: TraceRequest) -> dict[str, Any]:
         "metadata": r.metadata,
         "prompt_tokens": r.prompt_tokens,
         "split": r.split,
+        "session_id": r.session_id or r.request_id,
+        "turn": r.turn,
+        "think_time_s": r.think_time_s,
     }

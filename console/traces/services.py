@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.db.models import ProtectedError
 
 from console.traces.arrivals import ArrivalSpec, ArrivalSpecError, arrival_spec_parse
+from console.traces.compression import gzip_open_checked, inner_filename, is_gzip
 from console.traces.errors import ErrorLog, TraceError, TraceImportError
 from console.traces.importer import JSON_FIELDS, ROW_FIELDS, ImportOptions, TraceBuilder
 from console.traces.models import Trace, TraceRequest
@@ -28,9 +29,19 @@ from console.traces.parsers import (
     describe_first_item,
     detect_format,
 )
+from console.traces.parsers.mapped import FieldMapping, MappedParser
+from console.traces.sessions import (
+    ThinkTimeSpec,
+    ThinkTimeSpecError,
+    think_time_spec_parse,
+    turns_option_problem,
+)
 from console.traces.tokens import ESTIMATE_NAME, TokenCounter, prompt_tokens
 
 HASH_CHUNK = 1 << 20
+SEED_MAX = 2**63 - 1  # Trace.seed and TraceRequest.seed are 64-bit signed columns
+NAME_MAX_CHARS = Trace._meta.get_field("name").max_length or 200
+TASK_MAX_CHARS = TraceRequest._meta.get_field("task").max_length or 60
 BATCH_SIZE = 2000
 DEMO_TRACE_PATH = Path(__file__).resolve().parent / "demo" / "demo_trace.jsonl"
 DEMO_TRACE_NAME = "Demo: 30 real prompts (code, chat, math, translation, tools, JSON)"
@@ -85,6 +96,13 @@ def _is_blank(file: IO[bytes], size: int) -> bool:
     return blank
 
 
+def _content(file: IO[bytes], *, filename: str, max_bytes: int) -> tuple[IO[bytes], int | None]:
+    """The bytes to parse: the file itself, or a checked ``GzipFile`` over it (and its decompressed size)."""
+    if is_gzip(file):
+        return gzip_open_checked(file, filename=filename, max_bytes=max_bytes)
+    return file, None
+
+
 def _shared_path(name: str) -> Path:
     root = Path(settings.SPECREVIEW_SHARED_DATA).resolve()
     path = (root / name).resolve()
@@ -124,7 +142,30 @@ def _resolve_source(source: str, *, allow_paths: bool = True) -> Trace | Path:
     return path
 
 
-def _format_for(file: IO[bytes], *, filename: str, requested: str | None) -> str:
+def _format_for(
+    file: IO[bytes], *, filename: str, requested: str | None, mapping: FieldMapping | None = None
+) -> str:
+    if mapping is not None:
+        if requested and requested != MappedParser.name:
+            raise TraceImportError(
+                [
+                    TraceError(
+                        None,
+                        "format",
+                        f"a prompt field maps the file itself: give no format ({requested!r})",
+                        filename,
+                    )
+                ]
+            )
+        return MappedParser.name
+    if requested == MappedParser.name:
+        raise TraceImportError(
+            [
+                TraceError(
+                    None, "prompt_field", "the mapped format needs a prompt field (--prompt-field)", filename
+                )
+            ]
+        )
     if requested:
         if requested not in PARSERS:
             raise TraceImportError(
@@ -178,9 +219,11 @@ def prompt_pool_load(
         label = f"trace {resolved.pk} “{resolved.name}” ({len(prompts)} prompts)"
         return PromptPool(label=label, prompts=prompts)
     path = resolved
-    with path.open("rb") as fh:
-        _hash_limited(fh, max_bytes=max_bytes or settings.SPECREVIEW_TRACE_MAX_BYTES, filename=path.name)
-        fmt = _format_for(fh, filename=path.name, requested=None)
+    with path.open("rb") as raw:
+        limit = max_bytes or settings.SPECREVIEW_TRACE_MAX_BYTES
+        _hash_limited(raw, max_bytes=limit, filename=path.name)
+        fh, _ = _content(raw, filename=path.name, max_bytes=limit)
+        fmt = _format_for(fh, filename=inner_filename(path.name), requested=None)
         if PARSERS[fmt].kind == TIMING:
             raise TraceImportError([TraceError(None, "pair_with", f"{path.name} has no prompts ({fmt})")])
         builder = TraceBuilder(
@@ -211,12 +254,15 @@ def _borrowed_arrivals(source: str, *, max_bytes: int, allow_paths: bool) -> tup
     """Arrival offsets (s, from 0, sorted) of a stored trace or a timing file, and a label."""
     resolved = _resolve_source(source, allow_paths=allow_paths)
     if isinstance(resolved, Trace):
-        values = list(resolved.requests.order_by("position").values_list("arrival_s", flat=True))
+        # a session's later turns follow its answers: only first turns are arrivals
+        first_turns = resolved.requests.filter(turn=0).order_by("position")
+        values = list(first_turns.values_list("arrival_s", flat=True))
         label = f"trace {resolved.pk}"
     else:
-        with resolved.open("rb") as fh:
-            _hash_limited(fh, max_bytes=max_bytes, filename=resolved.name)
-            fmt = _format_for(fh, filename=resolved.name, requested=None)
+        with resolved.open("rb") as raw:
+            _hash_limited(raw, max_bytes=max_bytes, filename=resolved.name)
+            fh, _ = _content(raw, filename=resolved.name, max_bytes=max_bytes)
+            fmt = _format_for(fh, filename=inner_filename(resolved.name), requested=None)
             if PARSERS[fmt].kind == PROMPTS:
                 raise TraceImportError(
                     [TraceError(None, "arrival", f"{resolved.name} has no arrival times ({fmt})")]
@@ -242,8 +288,18 @@ def _borrowed_arrivals(source: str, *, max_bytes: int, allow_paths: bool) -> tup
 # --- writing ----------------------------------------------------------------------------------------
 
 
+# _CopyWriter.write puts the JSON texts at these positions of a row
+_JSON_POSITIONS = (4, 11, 12, 13)
+assert tuple(ROW_FIELDS.index(f) for f in JSON_FIELDS) == _JSON_POSITIONS
+
+
+def _use_copy() -> bool:
+    """Whether rows go in by COPY (Postgres) rather than bulk_create (SQLite and others)."""
+    return connection.vendor == "postgresql"
+
+
 class _CopyWriter:
-    """Postgres COPY: rows stream to the server as they are parsed."""
+    """Postgres COPY: rows stream to the server as they are parsed (psycopg formats each row)."""
 
     def __init__(self, trace: Trace, stack: ExitStack):
         meta = TraceRequest._meta
@@ -252,16 +308,15 @@ class _CopyWriter:
         sql = f"COPY {connection.ops.quote_name(meta.db_table)} ({', '.join(columns)}) FROM STDIN"
         self.copy = stack.enter_context(cursor.copy(sql))
         self.trace_id = trace.pk
-        self.json_positions = [ROW_FIELDS.index(f) for f in JSON_FIELDS]
 
-    def add(self, row: tuple, texts: tuple) -> None:
-        values = list(row)
-        for i, text in zip(self.json_positions, texts, strict=True):
-            values[i] = text
-        self.copy.write_row([self.trace_id, *values])
-
-    def close(self) -> None:
-        pass
+    def write(self, rows: Iterable[tuple[tuple, tuple]]) -> None:
+        trace_id = self.trace_id
+        write_row = self.copy.write_row
+        # the JSON columns go as the canonical text the builder made for the content hash
+        for row, (messages, response_format, tools, metadata) in rows:
+            write_row(
+                (trace_id, *row[:4], messages, *row[5:11], response_format, tools, metadata, *row[14:])
+            )
 
 
 class _BulkWriter:
@@ -269,26 +324,22 @@ class _BulkWriter:
 
     def __init__(self, trace: Trace):
         self.trace = trace
-        self.batch: list[TraceRequest] = []
 
-    def add(self, row: tuple, texts: tuple) -> None:
-        self.batch.append(TraceRequest(trace=self.trace, **dict(zip(ROW_FIELDS, row, strict=True))))
-        if len(self.batch) >= BATCH_SIZE:
-            self.close()
+    def write(self, rows: Iterable[tuple[tuple, tuple]]) -> None:
+        batch: list[TraceRequest] = []
+        for row, _ in rows:
+            batch.append(TraceRequest(trace=self.trace, **dict(zip(ROW_FIELDS, row, strict=True))))
+            if len(batch) >= BATCH_SIZE:
+                TraceRequest.objects.bulk_create(batch)
+                batch = []
+        if batch:
+            TraceRequest.objects.bulk_create(batch)
 
-    def close(self) -> None:
-        if self.batch:
-            TraceRequest.objects.bulk_create(self.batch)
-            self.batch = []
 
-
-def _write(trace: Trace, rows: Iterable[tuple]) -> None:
+def _write(trace: Trace, rows: Iterable[tuple[tuple, tuple]]) -> None:
     with ExitStack() as stack:
-        writer: _CopyWriter | _BulkWriter
-        writer = _CopyWriter(trace, stack) if connection.vendor == "postgresql" else _BulkWriter(trace)
-        for row, texts in rows:
-            writer.add(row, texts)
-        writer.close()
+        writer = _CopyWriter(trace, stack) if _use_copy() else _BulkWriter(trace)
+        writer.write(rows)
 
 
 def _sort_by_arrival(trace: Trace, *, count: int) -> None:
@@ -340,6 +391,9 @@ def trace_import(
     token_counter_name: str = "",
     error_cap: int = 100,
     allow_paths: bool = True,
+    mapping: FieldMapping | None = None,
+    turns: str = "first",
+    think_time: str | None = None,
 ) -> TraceImportResult:
     """Import a trace file in one transaction; raise ``TraceImportError`` (nothing stored) on bad input.
 
@@ -348,26 +402,47 @@ def trace_import(
     ``holdout_fraction`` in [0, 1]. ``max_bytes``: file size limit (bytes). ``token_counter``: counts
     tokens in a string (default: the documented chars/4 estimate). The same file with the same options
     returns the stored trace (``created=False``) instead of a copy. ``allow_paths=False`` (pages, API)
-    limits ``pair_with`` and ``borrow:`` to stored traces and shared-data files.
+    limits ``pair_with`` and ``borrow:`` to stored traces and shared-data files. ``mapping``: where a
+    prompt set of any layout keeps its prompt (parsers/mapped.py); it selects the mapped format. A gzip
+    file is read through the compression, with ``max_bytes`` applied to the decompressed bytes.
+    limits ``pair_with`` and ``borrow:`` to stored traces and shared-data files. ``turns``: ``first``
+    (multi-turn prompt sets give one request per conversation) or ``all`` (every turn, as a session);
+    ``think_time``: ``const:SECONDS`` / ``exp:MEAN`` / ``none``, for later turns that give none.
     """
     file = _raw(file)
     filename = filename or Path(str(getattr(file, "name", "") or "upload")).name
     max_bytes = max_bytes or settings.SPECREVIEW_TRACE_MAX_BYTES
-    ceiling = max_tokens_ceiling or settings.SPECREVIEW_MAX_TOKENS_CEILING
-    bad: list[TraceError] = []
-    if not (0.0 <= holdout_fraction <= 1.0) or not math.isfinite(holdout_fraction):
-        bad.append(TraceError(None, "holdout", f"must be between 0 and 1, got {holdout_fraction}"))
+    # TraceRequest.max_tokens is a 32-bit column, whatever the configured ceiling says
+    ceiling = min(max_tokens_ceiling or settings.SPECREVIEW_MAX_TOKENS_CEILING, 2**31 - 1)
+    bad = _option_errors(
+        name=name,
+        holdout_fraction=holdout_fraction,
+        seed=seed,
+        default_max_tokens=default_max_tokens,
+        default_task=default_task,
+        ceiling=ceiling,
+    )
     spec: ArrivalSpec | None = None
     if arrival:
         try:
             spec = arrival_spec_parse(arrival)
         except ArrivalSpecError as exc:
             bad.append(TraceError(None, "arrival", str(exc)))
+    think: ThinkTimeSpec | None = None
+    problem = turns_option_problem(turns)
+    if problem:
+        bad.append(TraceError(None, "turns", problem))
+    if think_time:
+        try:
+            think = think_time_spec_parse(think_time)
+        except ThinkTimeSpecError as exc:
+            bad.append(TraceError(None, "think_time", str(exc)))
     if bad:
         raise TraceImportError(bad)
 
     sha256, size = _hash_limited(file, max_bytes=max_bytes, filename=filename)
-    fmt = _format_for(file, filename=filename, requested=source_format)
+    file, decompressed_size = _content(file, filename=filename, max_bytes=max_bytes)
+    fmt = _format_for(file, filename=inner_filename(filename), requested=source_format, mapping=mapping)
     counter_name = token_counter_name or (ESTIMATE_NAME if token_counter is None else "custom tokenizer")
     options = {
         "format": fmt,
@@ -379,6 +454,11 @@ def trace_import(
         "default_task": default_task or "",
         "tokens": counter_name,
     }
+    if mapping is not None:
+        options["mapping"] = mapping.as_dict()  # only when given: earlier traces keep their import keys
+    if turns != "first" or think is not None:  # absent by default: older imports keep their key
+        options["turns"] = turns
+        options["think_time"] = str(think) if think else ""
     import_key = _import_key(sha256, options)
     existing = Trace.objects.filter(import_key=import_key).first()
     if existing is not None:
@@ -419,12 +499,15 @@ def trace_import(
             token_counter=token_counter,
             token_counter_name=counter_name,
             error_cap=error_cap,
+            mapping=mapping,
+            turns=turns,
+            think_time=think,
         ),
     )
     try:
         with transaction.atomic():
             trace = Trace.objects.create(
-                name=name.strip() or filename,
+                name=name.strip() or filename[:NAME_MAX_CHARS],
                 sha256=sha256,
                 source_filename=filename[:500],
                 source_format=fmt,
@@ -452,7 +535,7 @@ def trace_import(
                 raise _SameContent(same)
             trace.content_sha256 = builder.content_sha256
             trace.request_count = count
-            trace.arrival_spec = builder.arrival_label
+            trace.arrival_spec = builder.arrival_label[:200]
             trace.paired_with = pool.label[:500] if pool is not None and PARSERS[fmt].kind == TIMING else ""
             trace.warnings = builder.warnings
             trace.summary = builder.summary_dict()
@@ -463,6 +546,8 @@ def trace_import(
                 "pool": pool.describe() if pool is not None else None,
                 "arrival_shift_s": builder.shift_s,
             }
+            if decompressed_size is not None:
+                trace.metadata["compression"] = {"format": "gzip", "decompressed_bytes": decompressed_size}
             trace.save()
     except _SameContent as same_content:
         other = same_content.trace
@@ -471,6 +556,114 @@ def trace_import(
     if trace.warnings:
         message += f" {len(trace.warnings)} warning(s): see the trace page."
     return TraceImportResult(trace, True, message)
+
+
+PREVIEW_RECORDS = 5
+
+
+@dataclass(frozen=True)
+class TracePreview:
+    """The first requests of a file as an import would store them, and the problems met on the way."""
+
+    source_format: str
+    label: str
+    requests: list[dict[str, Any]]
+    errors: list[TraceError]
+    more_errors: int = 0
+
+
+def trace_preview(
+    *,
+    file: IO[bytes] | Any,
+    filename: str = "",
+    source_format: str | None = None,
+    mapping: FieldMapping | None = None,
+    default_task: str | None = None,
+    default_max_tokens: int = 256,
+    max_bytes: int | None = None,
+    limit: int = PREVIEW_RECORDS,
+) -> TracePreview:
+    """The first ``limit`` requests (id, task, prompt or messages, max_tokens, metadata) as the import
+    would build them, through the same detection, decompression, mapping and validation; stores nothing.
+
+    A file that cannot be read at all (size, gzip, format) raises ``TraceImportError``; problems in
+    records come back in ``errors`` with the requests before them, so a mapping can be fixed by eye.
+    """
+    file = _raw(file)
+    filename = filename or Path(str(getattr(file, "name", "") or "upload")).name
+    max_bytes = max_bytes or settings.SPECREVIEW_TRACE_MAX_BYTES
+    _hash_limited(file, max_bytes=max_bytes, filename=filename)
+    file, _ = _content(file, filename=filename, max_bytes=max_bytes)
+    fmt = _format_for(file, filename=inner_filename(filename), requested=source_format, mapping=mapping)
+    if PARSERS[fmt].kind == TIMING:
+        raise TraceImportError(
+            [TraceError(None, "format", f"{fmt} has timing only: its prompts come from the pairing pool")]
+        )
+    builder = TraceBuilder(
+        file,
+        filename=filename,
+        options=ImportOptions(
+            source_format=fmt,
+            arrival=arrival_spec_parse("constant:1"),
+            default_max_tokens=default_max_tokens,
+            default_task=default_task,
+            mapping=mapping,
+            error_cap=limit,
+        ),
+    )
+    shown = ("request_id", "task", "prompt", "messages", "max_tokens", "tools", "response_format", "metadata")
+    requests: list[dict[str, Any]] = []
+    for row, _ in builder.rows():
+        values = dict(zip(ROW_FIELDS, row, strict=True))
+        requests.append({key: values[key] for key in shown})
+        if len(requests) >= limit:
+            break
+    errors = builder.errors
+    return TracePreview(fmt, PARSERS[fmt].label, requests, list(errors.errors), errors.more)
+
+
+def _option_errors(
+    *,
+    name: str,
+    holdout_fraction: float,
+    seed: int,
+    default_max_tokens: int,
+    default_task: str | None,
+    ceiling: int,
+) -> list[TraceError]:
+    """The import options a user typed, checked against what the columns hold (never a database error)."""
+    bad: list[TraceError] = []
+    if len(name.strip()) > NAME_MAX_CHARS:
+        bad.append(
+            TraceError(
+                None, "name", f"must have at most {NAME_MAX_CHARS} characters, got {len(name.strip())}"
+            )
+        )
+    if not (0.0 <= holdout_fraction <= 1.0) or not math.isfinite(holdout_fraction):
+        bad.append(TraceError(None, "holdout", f"must be between 0 and 1, got {holdout_fraction}"))
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        bad.append(
+            TraceError(None, "seed", f"must be an integer from 0 to {SEED_MAX} (2^63 - 1), got {seed}")
+        )
+    if (
+        isinstance(default_max_tokens, bool)
+        or not isinstance(default_max_tokens, int)
+        or not (1 <= default_max_tokens <= ceiling)
+    ):
+        bad.append(
+            TraceError(
+                None,
+                "default_max_tokens",
+                f"must be an integer from 1 to {ceiling} (SPECREVIEW_MAX_TOKENS_CEILING), got {default_max_tokens}",
+            )
+        )
+    if default_task is not None and len(default_task) > TASK_MAX_CHARS:
+        bad.append(
+            TraceError(
+                None, "task", f"must have at most {TASK_MAX_CHARS} characters, got {len(default_task)}"
+            )
+        )
+    return bad
 
 
 def _plus(shift: float):
@@ -520,4 +713,5 @@ __all__ = [
     "trace_import",
     "trace_import_demo",
     "trace_import_path",
+    "trace_preview",
 ]

@@ -1,4 +1,12 @@
-"""Refuse an oversized upload while it streams in, before Django writes it all to a temporary file."""
+"""Refuse an oversized upload before its body is read, or while it streams in, never after Django has
+written it all to a temporary file.
+
+Every upload path calls :func:`upload_size_refusal` first, before anything touches ``request.POST``,
+``request.FILES`` or ``request.body`` (a CSRF check or a session-authenticated API wrapper reads the
+body too): it refuses a declared ``Content-Length`` over the limit without reading a byte, and
+otherwise puts :class:`TraceSizeLimitUploadHandler` first, which stops a body that streams past the
+limit. Answer a refusal with ``413``; :func:`refused_message` says whether the handler stopped one.
+"""
 
 from __future__ import annotations
 
@@ -44,6 +52,25 @@ class TraceSizeLimitUploadHandler(FileUploadHandler):
         return None
 
 
+def upload_size_refusal(request: HttpRequest) -> str | None:
+    """Why the upload is refused before its body is read (``Content-Length`` over the limit), or None.
+
+    None also means the streaming check is installed, so call it before the body is touched.
+    """
+    limit = settings.SPECREVIEW_TRACE_MAX_BYTES
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > limit + FORM_OVERHEAD_BYTES:
+        return (
+            f"the upload is {declared:,} bytes, over the size limit of {limit:,} bytes "
+            "(SPECREVIEW_TRACE_MAX_BYTES); nothing was read"
+        )
+    install_size_limit(request)
+    return None
+
+
 def install_size_limit(request: HttpRequest) -> None:
     """Put the size check first, if the body has not been parsed yet."""
     if not hasattr(request, "_files"):
@@ -59,3 +86,14 @@ def refused_message(request: HttpRequest) -> str | None:
         f"the file is larger than the size limit of {limit:,} bytes (SPECREVIEW_TRACE_MAX_BYTES); "
         f"the upload was stopped after {received:,} bytes"
     )
+
+
+class UploadTooLarge(Exception):
+    """The upload is over ``SPECREVIEW_TRACE_MAX_BYTES``; the message says the limit."""
+
+
+def upload_size_guard(request: HttpRequest) -> None:
+    """``upload_size_refusal`` as an exception, for the JSON API (which maps it to 413)."""
+    refusal = upload_size_refusal(request)
+    if refusal:
+        raise UploadTooLarge(refusal)

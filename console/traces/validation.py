@@ -57,27 +57,21 @@ def _type_of(value: Any) -> str:
     return type(value).__name__
 
 
-def _matches_type(value: Any, name: str) -> bool:
-    kind = type(value)
-    if name == "string":
-        return kind is str
-    if name == "integer":
-        return kind is int or (kind is float and value.is_integer())
-    if name == "number":
-        return kind is int or kind is float
-    if name == "object":
-        return kind is dict
-    if name == "array":
-        return kind is list
-    if name == "boolean":
-        return kind is bool
-    if name == "null":
-        return value is None
-    raise ValueError(f"unknown JSON Schema type {name!r}")
-
-
 def _child(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
+
+
+FieldPath = str | tuple  # a field path, or (parent path, key or list index) resolved only for an error
+
+
+def _path(path: FieldPath) -> str:
+    """The text of a field path (``messages[0].role``); the compiled checks build it only on error."""
+    if isinstance(path, str):
+        return path
+    parent, key = path
+    if type(key) is int:
+        return f"{_path(parent)}[{key}]"
+    return _child(_path(parent), key)
 
 
 def _short(value: Any) -> str:
@@ -134,7 +128,7 @@ class SchemaCompiler:
     def compile(self) -> Check:
         entry = self._function(self.root, "_validate")
         namespace: dict[str, Any] = {
-            "_child": _child,
+            "_path": _path,
             "_short": _short,
             "_type_of": _type_of,
             "_equal": _equal,
@@ -176,10 +170,10 @@ class SchemaCompiler:
 
     @staticmethod
     def _child_path(path: str, key: str) -> str:
-        return f"_child({path}, {key!r})"
+        return f"({path}, {key!r})"  # resolved by _path only when an error is reported
 
     def _error(self, pad: str, path: str, message_expr: str) -> str:
-        return f"{pad}errors.append(({path}, {message_expr}))"
+        return f"{pad}errors.append((_path({path}), {message_expr}))"
 
     # --- the node compiler --------------------------------------------------------------------------
     def _node(self, schema: dict | bool, v: str, path: str, depth: int) -> list[str]:
@@ -285,7 +279,7 @@ class SchemaCompiler:
             if body:
                 out.append(f"{pad}if type({v}) is list:")
                 out.append(f"{pad}    for {index}, {item} in enumerate({v}):")
-                out.append(f"{pad}        {item_path} = {path} + '[' + str({index}) + ']'")
+                out.append(f"{pad}        {item_path} = ({path}, {index})")
                 out.extend(body)
         out.extend(self._object(schema, v, path, depth))
         if "oneOf" in schema:
@@ -345,12 +339,12 @@ class SchemaCompiler:
                     out.append(
                         self._error(
                             pad + "            ",
-                            f"_child({path}, {k})",
+                            f"({path}, {k})",
                             "'unknown field (put extra data in metadata)'",
                         )
                     )
                 else:
-                    body = self._node(extra, value, f"_child({path}, {k})", depth + 3)
+                    body = self._node(extra, value, f"({path}, {k})", depth + 3)
                     out.extend(body or [f"{pad}            pass"])
             elif first:
                 out.append(f"{pad}        pass")
@@ -403,29 +397,59 @@ def embedded_schema_problem(schema: Any) -> str | None:
     return _embedded_schema_problem(json.dumps(schema, sort_keys=True))
 
 
-def _finite(value: Any) -> bool:
-    return not isinstance(value, float) or math.isfinite(value)
+@cache
+def request_id_max_chars() -> int:
+    """Characters a request id may have once written as text (the schema's maxLength; the column's)."""
+    return int(request_schema()["properties"]["id"]["maxLength"])
+
+
+def _session_errors(record: dict) -> Errors:
+    """A first turn needs an arrival; a later turn needs a session and is timed by its think time."""
+    turn = record.get("turn", 0)
+    if not turn:
+        if "arrival_s" not in record:
+            return [("arrival_s", "is required for a request that is the first turn (turn 0) of its session")]
+        if "think_time_s" in record:
+            return [("think_time_s", "is for later turns only: the first turn (turn 0) arrives at arrival_s")]
+        return []
+    if "session_id" not in record:
+        return [("session_id", f"is required for a later turn (turn {turn}): which session is it a turn of?")]
+    return []
+
+
+_FINITE_KEYS = ("arrival_s", "temperature", "top_p", "think_time_s")
 
 
 def request_semantic_errors(record: dict, *, max_tokens_ceiling: int) -> Errors:
     """Checks beyond the schema, for a record that passed it."""
     errors: Errors = []
-    for key in ("arrival_s", "temperature", "top_p"):
-        if not _finite(record.get(key)):
+    request_id = record.get("id")
+    if not isinstance(request_id, str) and len(str(request_id)) > request_id_max_chars():
+        # maxLength binds strings only: a 300-digit integer id is just as long once stored as text
+        errors.append(
+            ("id", f"must have at most {request_id_max_chars()} characters, got {len(str(request_id))}")
+        )
+    get = record.get
+    for key in _FINITE_KEYS:
+        value = get(key)
+        if isinstance(value, float) and not math.isfinite(value):
             errors.append((key, f"must be a finite number, got {record[key]}"))
-    max_tokens = record.get("max_tokens")
+    errors.extend(_session_errors(record))
+    max_tokens = get("max_tokens")
     if isinstance(max_tokens, int | float) and max_tokens > max_tokens_ceiling:
         errors.append(("max_tokens", f"must be at most {max_tokens_ceiling} (the ceiling), got {max_tokens}"))
-    response_format = record.get("response_format")
+    response_format = get("response_format")
     if isinstance(response_format, dict) and isinstance(response_format.get("json_schema"), dict):
         if "schema" in response_format["json_schema"]:
             problem = embedded_schema_problem(response_format["json_schema"]["schema"])
             if problem:
                 errors.append(("response_format.json_schema.schema", problem))
-    for i, tool in enumerate(record.get("tools") or []):
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if isinstance(function, dict) and "parameters" in function:
-            problem = embedded_schema_problem(function["parameters"])
-            if problem:
-                errors.append((f"tools[{i}].function.parameters", problem))
+    tools = get("tools")
+    if tools:
+        for i, tool in enumerate(tools):
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if isinstance(function, dict) and "parameters" in function:
+                problem = embedded_schema_problem(function["parameters"])
+                if problem:
+                    errors.append((f"tools[{i}].function.parameters", problem))
     return errors

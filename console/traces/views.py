@@ -10,26 +10,43 @@ from django.shortcuts import redirect, render
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from console.accounts.access import capability_required
+from console.accounts.access import capability_required, owner_or_approver_required
 from console.accounts.roles import UPLOAD_TRACE
+from console.listing import listing
 from console.traces import selectors
 from console.traces.errors import TraceError, TraceImportError
 from console.traces.forms import TraceUploadForm
 from console.traces.models import Trace
-from console.traces.services import TraceInUseError, trace_delete, trace_import
-from console.traces.uploads import install_size_limit, refused_message
+from console.traces.services import TraceInUseError, TracePreview, trace_delete, trace_import, trace_preview
+from console.traces.uploads import refused_message, upload_size_refusal
 
 
 @require_safe
 def trace_list_view(request: HttpRequest) -> HttpResponse:
-    return render(request, "traces/list.html", {"traces": selectors.trace_list()})
+    traces = listing(
+        request,
+        selectors.trace_list(),
+        sorts={
+            "name": "name",
+            "format": "source_format",
+            "requests": "request_count",
+            "holdout": "holdout_fraction",
+            "uploaded": "created_at",
+        },
+        default="-uploaded",
+    )
+    return render(request, "traces/list.html", {"traces": traces})
 
 
 @csrf_exempt  # the CSRF check runs in _upload, after the size-limit handler is in place
 @capability_required(UPLOAD_TRACE)
 @require_http_methods(["GET", "POST"])
 def trace_upload_view(request: HttpRequest) -> HttpResponse:
-    install_size_limit(request)
+    refused = upload_size_refusal(request) if request.method == "POST" else None
+    if refused:
+        # answered before the body (and so the CSRF token in it) is read: nothing is stored either way
+        error = TraceImportError([TraceError(None, None, refused, "upload")])
+        return _upload_page(request, TraceUploadForm(), error, status=413)
     return _upload(request)
 
 
@@ -41,14 +58,18 @@ def _upload(request: HttpRequest) -> HttpResponse:
         form = TraceUploadForm(request.POST, request.FILES)
         refused = refused_message(request)
         if refused:
-            import_error = TraceImportError([TraceError(None, None, refused, "upload")])
-        elif form.is_valid():
+            return _upload_page(
+                request, form, TraceImportError([TraceError(None, None, refused, "upload")]), status=413
+            )
+        if form.is_valid() and request.POST.get("preview"):
+            return _preview(request, form, xhr=xhr)
+        if form.is_valid():
             data = form.cleaned_data
             upload = data["file"]
             try:
                 result = trace_import(
                     file=upload,
-                    name=data["name"] or upload.name,
+                    name=data["name"],
                     uploaded_by=request.user,
                     filename=upload.name,
                     source_format=data["source_format"] or None,
@@ -58,6 +79,10 @@ def _upload(request: HttpRequest) -> HttpResponse:
                     seed=data["seed"],
                     default_max_tokens=data["default_max_tokens"],
                     allow_paths=False,
+                    default_task=data.get("default_task") or None,
+                    mapping=data.get("mapping"),
+                    turns=data["turns"] or "first",
+                    think_time=data["think_time"] or None,
                 )
             except TraceImportError as exc:
                 import_error = exc
@@ -68,8 +93,53 @@ def _upload(request: HttpRequest) -> HttpResponse:
                 return JsonResponse({"redirect": url}) if xhr else redirect(url)
     else:
         form = TraceUploadForm()
-    status = 400 if request.method == "POST" else 200
-    context = {"form": form, "import_error": import_error, "max_bytes": _max_bytes()}
+    return _upload_page(request, form, import_error, status=400 if request.method == "POST" else 200)
+
+
+def _preview(request: HttpRequest, form: TraceUploadForm, *, xhr: bool) -> HttpResponse:
+    """The first records as they would be imported, stored nowhere; the form stays as typed."""
+    data = form.cleaned_data
+    upload = data["file"]
+    preview: TracePreview | None = None
+    import_error: TraceImportError | None = None
+    try:
+        preview = trace_preview(
+            file=upload,
+            filename=upload.name,
+            source_format=data["source_format"] or None,
+            mapping=data.get("mapping"),
+            default_task=data.get("default_task") or None,
+            default_max_tokens=data["default_max_tokens"],
+        )
+    except TraceImportError as exc:
+        import_error = exc
+    if preview is not None:
+        for r in preview.requests:
+            r["messages_json"] = json.dumps(r["messages"], ensure_ascii=False) if r["messages"] else ""
+            r["metadata_json"] = json.dumps(r["metadata"], ensure_ascii=False)
+    status = 400 if import_error else 200
+    if xhr:
+        context = {"preview": preview, "preview_error": import_error}
+        return render(request, "traces/_preview.html", context, status=status)
+    return _upload_page(request, form, None, status=status, preview=preview, preview_error=import_error)
+
+
+def _upload_page(
+    request: HttpRequest,
+    form: TraceUploadForm,
+    import_error: TraceImportError | None,
+    *,
+    status: int,
+    preview: TracePreview | None = None,
+    preview_error: TraceImportError | None = None,
+) -> HttpResponse:
+    context = {
+        "form": form,
+        "import_error": import_error,
+        "max_bytes": _max_bytes(),
+        "preview": preview,
+        "preview_error": preview_error,
+    }
     return render(request, "traces/upload.html", context, status=status)
 
 
@@ -109,6 +179,7 @@ def trace_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def trace_delete_view(request: HttpRequest, pk: int) -> HttpResponse:
     trace = _get(pk)
+    owner_or_approver_required(user=request.user, owner_id=trace.uploaded_by_id, what=f"delete trace #{pk}")
     try:
         trace_delete(trace=trace)
     except TraceInUseError as exc:

@@ -51,6 +51,8 @@ def test_it_redirects_anonymous_users_to_login_on_every_page(client):
 def test_it_refuses_every_mutation_by_a_viewer(viewer_client):
     for route, _ in all_routes():
         url = _concrete(route)
+        if url.startswith("/accounts/"):
+            continue  # one's own API tokens: every role manages its own (tests/accounts/test_tokens.py)
         for method in ("post", "put", "delete"):
             response = getattr(viewer_client, method)(url)
             assert response.status_code in (403, 405), f"{method.upper()} {url} gave {response.status_code}"

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from console.analysis.stats import comparison_compute
+from console.analysis.comparison import comparison_compute
 from tests.analysis.builders import synthetic_experiment
 
 DEADLINES = {"interactive": {"e2e_s": 10, "ttft_s": 1}, "batch": {"e2e_s": 120}}
@@ -48,7 +48,7 @@ def _delta(row, metric, stat):
 
 def test_it_returns_strict_json(summary):
     text = json.dumps(summary, allow_nan=False)
-    assert json.loads(text)["schema_version"] == 1
+    assert json.loads(text)["schema_version"] == 2
     assert set(summary) >= {
         "headline",
         "runs",
@@ -169,13 +169,13 @@ def test_it_explains_a_cost_without_successes(experiment):
     assert k2["cost_per_success_usd"] is None
     assert k2["cost_per_success_reason"] == "no successful requests"
     assert k2["n_completed"] == 0
-    assert _delta(k2, "tpot_s", "p50")["verdict"] == "unknown"  # no pairs left to compare
+    assert _delta(k2, "tpot_s", "p50")["verdict"] == "not measured"  # no pairs left to compare
 
 
 def test_it_notes_a_missing_noise_floor_with_one_repeat():
     requests, runs = synthetic_experiment(n_requests=30, repeats=1, seed=2)
     out = comparison_compute(requests, runs, deadlines=None, cost_per_hour_usd=1.0, n_boot=50)
-    assert any("noise floor unavailable" in n for n in out["notes"])
+    assert any("no noise floor" in n for n in out["notes"])
     spec = _row(out["headline"], arm="spec", load="1x")
     assert all(d["noise_floor"] is None for d in spec["deltas"])
 
@@ -205,3 +205,31 @@ def test_it_reads_validity_flags_stored_by_the_worker(experiment):
     out = comparison_compute(stored, runs, deadlines=DEADLINES, cost_per_hour_usd=2.0, n_boot=50)
     assert out["quality"]["n_regressions"] == n_broken
     assert {r["reason"] for r in out["quality"]["regressions"]} == {"output is not valid JSON"}
+
+
+def test_it_counts_the_pairs_a_failed_request_removes_from_the_headline(experiment):
+    requests, runs = experiment
+    requests = requests.copy()
+    failed_ids = sorted(requests["request_id"].unique())[:7]
+    failed = (requests["arm"] == "k2") & (requests["load"] == "1x") & requests["request_id"].isin(failed_ids)
+    requests.loc[failed, "error"] = "engine crashed"
+    out = comparison_compute(requests, runs, deadlines=DEADLINES, cost_per_hour_usd=2.0, n_boot=50)
+    k2 = _delta(_row(out["headline"], arm="k2", load="1x"), "tpot_s", "p50")
+    k4 = _delta(_row(out["headline"], arm="k4", load="1x"), "tpot_s", "p50")
+    repeats = requests["repeat"].nunique()
+    assert k2["n_excluded"] == 7 * repeats and k4["n_excluded"] == 0
+    assert k2["n_pairs"] + k2["n_excluded"] == k4["n_pairs"]
+
+
+def test_it_prices_accelerator_hours_on_busy_time(summary, experiment):
+    _, runs = experiment
+    assert summary["cost_basis"] == "busy_time"
+    for r in summary["runs"]:
+        assert r["accelerator_hours"] == pytest.approx(r["busy_s"] / 3600)  # one accelerator
+        assert 0 < r["busy_s"] <= r["wall_s"] + 1e-9
+    for h in summary["headline"]:
+        mine = [r for r in summary["runs"] if r["arm"] == h["arm"] and r["load"] == h["load"]]
+        assert h["busy_s"] == pytest.approx(sum(r["busy_s"] for r in mine))
+        assert h["cost_usd"] == pytest.approx(h["busy_s"] / 3600 * 2.0)
+    # the faster candidate holds the engine for less time over the same arrivals
+    assert _row(summary["headline"], arm="k4", load="1x")["busy_s"] < _row(summary["headline"], arm="base", load="1x")["busy_s"]

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from console.analysis.metrics import (
     acceptance_aggregate,
     acceptance_by_position,
+    busy_seconds,
     cost_per_success,
     gaps_flatten,
     metrics_aggregate,
@@ -257,14 +258,64 @@ def test_it_prices_runs_with_energy_and_counts_successes():
         | {"energy_j": 3.6e6}
     )
     cost = run_costs(runs, d, cost_per_hour_usd=3.0, power_price_usd_per_kwh=0.5).iloc[0]
-    assert cost["accelerator_hours"] == pytest.approx(2.0)  # 3600 s / 3600 x 2 accelerators
-    assert cost["cost_usd"] == pytest.approx(6.5)  # 2 h x 3 USD + 1 kWh x 0.5 USD
+    # busy from the first send (0.1) to the last finish (2.6), not the 3600 s replay window
+    assert cost["busy_s"] == pytest.approx(2.5)
+    hours = 2.5 / 3600 * 2  # x 2 accelerators
+    assert cost["accelerator_hours"] == pytest.approx(hours)
+    assert cost["cost_usd"] == pytest.approx(hours * 3 + 0.5)  # + 1 kWh x 0.5 USD
     assert cost["successes"] == 2  # a and b: c missed its TTFT deadline, d failed
     out = cost_per_success(cost["cost_usd"], cost["successes"], cost["output_tokens"])
-    assert out["cost_per_success_usd"] == pytest.approx(3.25)  # 6.5 / 2
+    assert out["cost_per_success_usd"] == pytest.approx((hours * 3 + 0.5) / 2)
     assert out["cost_per_million_output_tokens_usd"] == pytest.approx(
-        6.5 / 12 * 1e6
+        (hours * 3 + 0.5) / 12 * 1e6
     )  # 3 completed x 4 tokens
+
+
+def _intervals(*spans, run_id=1):
+    return frame(
+        *(
+            request_row(run_id=run_id, request_id=f"r{run_id}-{i}", sent_s=s, first_token_s=s, finish_s=f)
+            for i, (s, f) in enumerate(spans)
+        )
+    )
+
+
+def test_it_counts_overlapping_requests_once_and_gaps_not_at_all():
+    # [0, 2] and [1, 3] overlap: 3 s; idle from 3 to 10; [10, 11] inside [10, 12]: 2 s
+    busy = busy_seconds(_intervals((0.0, 2.0), (1.0, 3.0), (10.0, 12.0), (10.0, 11.0)))
+    assert busy.loc[1] == pytest.approx(5.0)
+
+
+def test_it_measures_busy_time_per_run():
+    rows = pd.concat([_intervals((0.0, 1.0), run_id=1), _intervals((5.0, 9.0), (0.0, 1.0), run_id=2)])
+    busy = busy_seconds(rows)
+    assert busy.loc[1] == pytest.approx(1.0)
+    assert busy.loc[2] == pytest.approx(5.0)  # [0, 1] and [5, 9], unsorted
+
+
+def test_it_counts_a_failed_request_until_it_ended():
+    rows = _intervals((0.0, 1.0), (4.0, 6.0))
+    rows.loc[1, ["error", "finish_reason", "first_token_s"]] = ["engine died", None, np.nan]
+    assert busy_seconds(rows).loc[1] == pytest.approx(3.0)  # the engine worked on it from 4 to 6
+    rows.loc[1, "finish_s"] = np.nan  # no end stored: it adds nothing
+    assert busy_seconds(rows).loc[1] == pytest.approx(1.0)
+
+
+def test_it_gives_zero_busy_time_when_nothing_was_sent():
+    rows = _intervals((0.0, 1.0))
+    rows["sent_s"] = np.nan
+    assert busy_seconds(rows).loc[1] == 0.0
+    runs = runs_frame({"run_id": 1, "arm": "base", "load": "1x", "repeat": 0, "wall_s": 30.0})
+    cost = run_costs(runs, requests_derive(rows, deadlines=None), cost_per_hour_usd=3.0).iloc[0]
+    assert cost["busy_s"] == 0.0 and cost["accelerator_hours"] == 0.0
+
+
+def test_it_prices_on_busy_time_whatever_the_replay_window():
+    d = requests_derive(_intervals((0.0, 1800.0)), deadlines=None)
+    short = runs_frame({"run_id": 1, "arm": "base", "load": "1x", "repeat": 0, "wall_s": 1800.0})
+    long = runs_frame({"run_id": 1, "arm": "base", "load": "1x", "repeat": 0, "wall_s": 7200.0})
+    for runs in (short, long):
+        assert run_costs(runs, d, cost_per_hour_usd=2.0).iloc[0]["cost_usd"] == pytest.approx(1.0)
 
 
 def test_it_excludes_invalid_outputs_from_successes():
@@ -285,7 +336,7 @@ def test_it_skips_energy_cost_when_energy_was_not_measured():
     d = requests_derive(_three_request_run(), deadlines=DEADLINES)
     runs = runs_frame({"run_id": 1, "arm": "base", "load": "1x", "repeat": 0, "wall_s": 3600.0})
     cost = run_costs(runs, d, cost_per_hour_usd=3.0, power_price_usd_per_kwh=0.5).iloc[0]
-    assert cost["cost_usd"] == pytest.approx(3.0)
+    assert cost["cost_usd"] == pytest.approx(2.5 / 3600 * 3.0)  # busy 2.5 s, no energy term
     assert not cost["energy_cost_included"]
 
 
@@ -320,3 +371,16 @@ def test_it_aggregates_acceptance_the_same_from_per_request_sums():
     code = direct.set_index("task").loc["code"]
     assert code["acceptance_rate"] == pytest.approx(8 / 17)  # (3 + 0 + 1 + 0 + 4) / (9 + 8)
     assert code["accepted_per_pass"] == pytest.approx(13 / 5)  # (8 accepted + 5 steps) / 5 steps
+
+
+def test_it_counts_a_draft_cut_by_max_tokens_the_same_way_on_every_engine():
+    # Two steps of k=4, the second cut after its bonus token by max_tokens. hf records what was
+    # emitted (a = 3, then 0; 5 tokens); vLLM counts the verified matches (3, 3) and its first
+    # token comes from the prefill (1 + 4 + 1 = 6 tokens).
+    rows = frame(
+        request_row(request_id="hf", engine="hf", num_output_tokens=5, drafted=[4, 4], accepted=[3, 0]),
+        request_row(request_id="vllm", engine="vllm", num_output_tokens=6, drafted=[4, 4], accepted=[3, 3]),
+    )
+    steps = steps_flatten(rows)
+    assert steps.groupby("row")["accepted"].apply(list).tolist() == [[3, 0], [3, 0]]
+    assert steps.groupby("row")["drafted"].apply(list).tolist() == [[4, 4], [4, 4]]

@@ -4,6 +4,7 @@ import pandas as pd
 from console.analysis.quality import (
     exact_match,
     json_fence_strip,
+    quality_counts,
     quality_flags,
     quality_rates,
     quality_regressions,
@@ -141,6 +142,49 @@ def test_it_pairs_exact_match_on_load_and_repeat():
     em = exact_match(rows, baseline_arm="base")
     # repeat 1 matches repeat 1; the 2x row has no 2x baseline
     assert em["exact_match"].tolist()[2:] == [True, pd.NA]
+
+
+def test_it_compares_texts_when_an_arm_returned_no_token_ids():
+    # Old behaviour: two empty id lists compared equal, so different texts "matched exactly".
+    rows = frame(
+        request_row(request_id="a", output_token_ids=[], output_text="The answer is 4."),
+        request_row(request_id="b", output_token_ids=[], output_text="same"),
+        request_row(arm="spec", is_baseline=False, request_id="a", output_token_ids=[], output_text="It is 5."),
+        request_row(arm="spec", is_baseline=False, request_id="b", output_token_ids=[], output_text="same"),
+    )
+    em = exact_match(rows, baseline_arm="base")
+    assert em["exact_match"].tolist()[2:] == [False, True]
+    assert em["exact_match_basis"].tolist()[2:] == ["text", "text"]
+
+
+def test_it_does_not_compare_outputs_of_failed_requests():
+    rows = frame(
+        request_row(request_id="a"),
+        request_row(arm="spec", is_baseline=False, request_id="a", error="engine crashed", finish_s=float("nan")),
+    )
+    assert exact_match(rows, baseline_arm="base")["exact_match"].tolist() == [pd.NA, pd.NA]
+
+
+def test_it_counts_regressions_and_improvements_completely():
+    rows = []
+    for i in range(8):
+        base_ok, cand_ok = (i != 0), (i not in (1, 2))  # r0 improves, r1 and r2 regress
+        no_ids = {"output_token_ids": []}  # compared as text
+        rows.append(_json_row(request_id=f"r{i}", run_id=1) | no_ids | {"output_text": '{"a": 1}' if base_ok else "no"})
+        rows.append(
+            _json_row(request_id=f"r{i}", run_id=2, arm="spec", is_baseline=False)
+            | no_ids
+            | {"output_text": '{"a": 1}' if cand_ok else "no"}
+        )
+    rows = frame(*rows)
+    flags = pd.concat([rows, quality_flags(rows), exact_match(rows, baseline_arm="base")], axis=1)
+    counts = quality_counts(flags, baseline_arm="base").set_index("check")
+    row = counts.loc["json_valid"]
+    assert (row["n_applicable"], row["base_valid"], row["cand_valid"]) == (8, 7, 6)
+    assert (row["regressions"], row["improvements"]) == (2, 1)
+    assert row["mcnemar_p"] == 1.0  # 2 vs 1 discordant pairs: no evidence either way
+    assert counts.loc["exact_match", "regressions"] == 3  # r0, r1, r2 differ in text
+    assert row["baseline_flip_rate"] is None  # one repeat: the baseline's own flips are unknown
 
 
 def _broken_candidate_experiment(n=6, broken=("r1", "r3")):

@@ -3,35 +3,19 @@ the comparison charts draw."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
+from tests.support.chromium import chromium_browser
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-CHROMIUM = os.environ.get("SPECREVIEW_CHROMIUM", "/usr/bin/chromium")
 
 
 @pytest.fixture
 def page(live_server):
-    from playwright.sync_api import sync_playwright
-
-    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
+    with chromium_browser() as browser:
         page = browser.new_page(viewport={"width": 1366, "height": 900})
         page.set_default_timeout(20000)
         yield page
-        browser.close()
 
 
 def _login(page, live_server, user):
@@ -46,9 +30,11 @@ def _login(page, live_server, user):
 
 
 def test_it_logs_in_and_draws_the_comparison_charts(page, live_server, viewer, tmp_path):
-    from console.analysis.synthetic import experiment_synthesize
+    from console.analysis.services import comparison_refresh
+    from tests.support.synthetic import experiment_synthesize
 
     experiment = experiment_synthesize(n_requests=60, repeats=2)
+    comparison_refresh(experiment_id=experiment.pk, n_boot=300)  # what the worker's task does
     _login(page, live_server, viewer)
     assert page.locator("text=New experiment").count() == 0  # a viewer is not offered mutations
     page.click(f"text={experiment.name}")

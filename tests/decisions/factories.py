@@ -99,9 +99,11 @@ def experiment_make(*, created_by=None, candidate_engine_args: dict | None = Non
     return exp
 
 
-def _delta(metric, stat, base, cand, lo, hi, *, floor=None) -> dict[str, Any]:
+def _delta(metric, stat, base, cand, lo, hi, *, floor=None, p=0.001, role="exploratory") -> dict[str, Any]:
     higher = metric in ("success", "met_deadline")
-    better = (cand - base > 0) == higher and not (lo <= 0 <= hi)
+    significant = not (lo <= 0 <= hi)
+    beyond = floor is not None and abs(cand - base) > floor
+    direction = "better" if (cand - base > 0) == higher else "worse"
     return {
         "metric": metric,
         "stat": stat,
@@ -113,29 +115,50 @@ def _delta(metric, stat, base, cand, lo, hi, *, floor=None) -> dict[str, Any]:
         "ratio": cand / base,
         "ratio_lo": (base + lo) / base,
         "ratio_hi": (base + hi) / base,
-        "n_pairs": 40,
+        "p_value": p,
+        "p_holm": p * 2 if role == "primary" else None,
+        "n_pairs": 80,
+        "n_requests": 40,
         "n_excluded": 0,
+        "mc_error_rel": 0.005,
+        "method": "studentized" if stat == "mean" else "percentile",
+        "measured": True,
+        "reason": None,
         "noise_floor": floor,
-        "verdict": "better" if better else "not distinguishable",
+        "verdict": direction if significant and beyond else "not distinguishable",
+        "role": role,
     }
 
 
-def _deltas() -> list[dict[str, Any]]:
+def _deltas(*, promised: bool = False) -> list[dict[str, Any]]:
+    primary = "primary" if promised else "exploratory"
     return [
-        _delta("success", "mean", 0.90, 0.95, 0.01, 0.09),
-        _delta("met_deadline", "mean", 0.92, 0.96, 0.01, 0.07),
+        _delta("success", "mean", 0.90, 0.95, 0.01, 0.09, floor=0.01, role=primary),
+        _delta("met_deadline", "mean", 0.92, 0.96, 0.01, 0.07, floor=0.01),
         _delta("tpot_s", "mean", 0.040, 0.025, -0.018, -0.012, floor=0.003),
-        _delta("tpot_s", "p95", 0.050, 0.030, -0.025, -0.015, floor=0.004),
+        _delta("tpot_s", "p95", 0.050, 0.030, -0.025, -0.015, floor=0.004, role=primary),
         _delta("e2e_s", "p95", 4.0, 3.0, -1.4, -0.6, floor=0.3),
         _delta("e2e_s", "p99", 5.0, 4.0, -1.5, -0.5, floor=0.4),
-        _delta("ttft_s", "p95", 0.30, 0.31, -0.02, 0.04, floor=0.02),
+        _delta("ttft_s", "p95", 0.30, 0.31, -0.02, 0.04, floor=0.02, p=0.4),
     ]
 
 
+ENDPOINTS = {
+    "promised_class": "interactive",
+    "primary_metric": "tpot_s",
+    "primary_stat": "p95",
+    "success_metric": "success",
+    "success_stat": "mean",
+    "alpha": 0.05,
+    "knee_margin_s": 0.0,
+}
+
+
 def summary_passing() -> dict[str, Any]:
-    """A comparison summary in ``console.analysis`` schema version 1 (only the fields the gate
-    reads) on which every gate criterion passes for candidate 'ngram'."""
-    headline, runs, slices = [], [], []
+    """A comparison summary in ``console.analysis.comparison`` schema version 2 (only the fields
+    the gate reads) on which every gate criterion passes for candidate 'ngram': two loads, two
+    repeats (a noise floor), a stable baseline, complete quality counts."""
+    headline, runs, slices, counts, floors = [], [], [], [], []
     for load in ("1x", "4x"):
         for arm, peak in (("baseline", 4 * 2**30), ("ngram", 5 * 2**30)):
             headline.append(
@@ -154,13 +177,7 @@ def summary_passing() -> dict[str, Any]:
             )
             for repeat, successes in enumerate((100.0, 104.0) if arm == "baseline" else (130.0, 134.0)):
                 runs.append(
-                    {
-                        "arm": arm,
-                        "load": load,
-                        "repeat": repeat,
-                        "successes": successes,
-                        "accelerator_hours": 1.0,
-                    }
+                    {"arm": arm, "load": load, "repeat": repeat, "successes": successes, "accelerator_hours": 1.0}
                 )
             slices.append(
                 {
@@ -169,31 +186,57 @@ def summary_passing() -> dict[str, Any]:
                     "arm": arm,
                     "load": load,
                     "n_requests": 40,
+                    "deltas": _deltas(promised=True) if arm == "ngram" else [],
                 }
             )
-            for task in ("chat", "json", "tool_call"):
-                slices.append(
+        for task, checks in (("chat", ()), ("json", ("json_valid", "schema_valid")), ("tool_call", ("tool_valid",))):
+            for check in (*checks, "exact_match"):
+                counts.append(
                     {
-                        "dimension": "task",
-                        "value": task,
-                        "arm": arm,
+                        "arm": "ngram",
                         "load": load,
-                        "n_requests": 10,
-                        "n_exact_match": 10 if arm != "baseline" else 0,
-                        "exact_match_rate": 1.0,
+                        "task": task,
+                        "check": check,
+                        "n_applicable": 10,
+                        "base_valid": 10,
+                        "cand_valid": 10,
+                        "regressions": 0,
+                        "improvements": 0,
+                        "mcnemar_p": None,
+                        "baseline_flip_rate": 0.0,
                     }
                 )
+        floors.append(
+            {"load": load, "dimension": None, "value": None, "metric": "tpot_s", "stat": "p95", "n_repeats": 2,
+             "n_repeat_pairs": 1, "noise_floor": 0.004, "noise_floor_rel": 0.08, "p_value_min": None}
+        )
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "baseline_arm": "baseline",
         "load_order": ["1x", "4x"],
+        "endpoints": dict(ENDPOINTS),
         "headline": headline,
         "runs": runs,
+        "cost_basis": "busy_time",
         "slices": slices,
         "acceptance": {"by_task": [{"arm": "ngram", "load": "1x", "task": "chat", "acceptance_rate": 0.6}]},
-        "quality": {"regressions": [], "n_regressions": 0, "truncated": False, "divergence": []},
-        "noise_floor": [],
+        "quality": {"counts": counts, "regressions": [], "n_regressions": 0, "truncated": False, "divergence": []},
+        "noise_floor": floors,
+        "baseline_stability": {"stable": True, "alpha": 0.05, "tests": [], "flagged": [], "message": None},
     }
+
+
+def quality_edit(summary: dict[str, Any], *, task: str, check: str, load: str = "1x", arm: str = "ngram", **values) -> None:
+    """Change the complete quality counts of one candidate arm x load x task x check."""
+    for r in summary["quality"]["counts"]:
+        if (r["arm"], r["load"], r["task"], r["check"]) == (arm, load, task, check):
+            r.update(values)
+            return
+    summary["quality"]["counts"].append(
+        {"arm": arm, "load": load, "task": task, "check": check, "n_applicable": 10, "base_valid": 10,
+         "cand_valid": 10, "regressions": 0, "improvements": 0, "mcnemar_p": None, "baseline_flip_rate": 0.0}
+        | values
+    )
 
 
 def regression(task: str, checks: str, *, arm: str = "ngram", load: str = "1x") -> dict[str, Any]:

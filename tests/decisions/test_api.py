@@ -74,6 +74,37 @@ def test_it_refuses_an_approver_token_on_their_own_draft(client, experiment, app
     assert response.status_code == 403 and "drafted" in response.json()["error"]
 
 
+def test_it_refuses_an_approver_token_that_patched_a_colleagues_draft(
+    client, draft, engineer, approver, api_token_for
+):
+    from console.decisions import services
+    from tests.decisions.conftest import draft_complete
+
+    headers = api_token_for(approver)
+    response = post_json(client, f"/api/decisions/{draft.pk}", {"rationale": "my words"}, headers, "patch")
+    assert response.status_code == 200, response.content
+    services.decision_submit(decision=draft_complete(draft, actor=engineer), actor=engineer)
+    response = post_json(
+        client, f"/api/decisions/{draft.pk}/signoff", {"verdict": "approved", "comment": "x"}, headers
+    )
+    assert response.status_code == 403
+    assert "you edited this decision: someone else must sign" in response.json()["error"]
+    assert Decision.objects.get(pk=draft.pk).status == "submitted"
+
+
+def test_it_answers_409_to_a_second_sign_off(client, submitted, approver, second_approver, api_token_for):
+    url = f"/api/decisions/{submitted.pk}/signoff"
+    assert (
+        post_json(client, url, {"verdict": "approved", "comment": "go"}, api_token_for(approver)).status_code
+        == 200
+    )
+    response = post_json(
+        client, url, {"verdict": "rejected", "comment": "no"}, api_token_for(second_approver)
+    )
+    assert response.status_code == 409
+    assert f"already signed by {approver.username}" in response.json()["error"]
+
+
 def test_it_requires_a_comment_over_the_api(client, submitted, approver, api_token_for):
     response = post_json(
         client, f"/api/decisions/{submitted.pk}/signoff", {"verdict": "approved"}, api_token_for(approver)

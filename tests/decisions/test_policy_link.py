@@ -10,8 +10,8 @@ pytestmark = pytest.mark.django_db
 
 
 def test_it_drafts_enable_for_slice_with_a_fitted_policy(engineer, engineer_client):
-    from console.analysis.synthetic import experiment_synthesize
     from console.policies.services import policy_fit
+    from tests.support.synthetic import experiment_synthesize
 
     experiment = experiment_synthesize(n_requests=90, ks=(2,), loads="1x", repeats=1)
     policy = policy_fit(experiment=experiment, created_by=engineer, min_support=5)
@@ -34,8 +34,8 @@ def test_it_drafts_enable_for_slice_with_a_fitted_policy(engineer, engineer_clie
 
 
 def test_it_refuses_a_policy_fitted_on_another_experiment(engineer, engineer_client):
-    from console.analysis.synthetic import experiment_synthesize
     from console.policies.services import policy_fit
+    from tests.support.synthetic import experiment_synthesize
 
     one = experiment_synthesize(n_requests=60, ks=(2,), loads="1x", repeats=1, name="one")
     other = experiment_synthesize(n_requests=60, ks=(2,), loads="1x", repeats=1, name="other")

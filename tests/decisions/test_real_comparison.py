@@ -1,5 +1,5 @@
 """The gate on a comparison computed by console.analysis itself (a synthetic finished
-experiment from console.analysis.synthetic): the adapter reads the real schema."""
+experiment from tests.support.synthetic): the adapter reads the real schema."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from console.decisions.models import Decision
 
 
 def test_it_drafts_from_a_real_comparison_and_measures_the_gate(engineer_client):
-    from console.analysis.selectors import comparison_for_experiment
-    from console.analysis.synthetic import experiment_synthesize
+    from console.analysis.services import comparison_refresh
+    from tests.support.synthetic import experiment_synthesize
 
     experiment = experiment_synthesize(n_requests=60, repeats=2, seed=1)
-    comparison_for_experiment(experiment=experiment, n_boot=200)  # computed once, cached for the view
+    comparison_refresh(experiment_id=experiment.pk, n_boot=200)  # what the task does when runs end
     arm = experiment.arms.get(label="ngram k=4")
     response = engineer_client.post(
         "/decisions/new/",
@@ -25,13 +25,17 @@ def test_it_drafts_from_a_real_comparison_and_measures_the_gate(engineer_client)
     assert response.status_code == 302
     decision = Decision.objects.get()
     statuses = {c["key"]: c["status"] for c in decision.gate["criteria"]}
-    for key in ("task_improvement", "latency_benefit", "quality", "load_stability"):
+    for key in ("task_improvement", "latency_benefit", "load_stability"):
         assert statuses[key] in ("pass", "fail"), (key, decision.gate)
+    # the synthetic trace has no JSON or tool requests and is not greedy: nothing to check
+    assert statuses["quality"] == "not_measured"
     facts = decision.gate["facts"]
     assert {r["load"] for r in facts["comparisons"]} == {"1x", "2x"}
     assert facts["memory"]["candidate_peak_bytes"] > 0
-    assert {"p95", "p99"} <= set(facts["stats_reported"])
+    # 60 requests: p95 has enough requests beyond it, p99 (200 needed) does not
+    assert "p95" in facts["stats_reported"] and "p99" not in facts["stats_reported"]
     items = {i["key"]: i["answer"] for i in decision.checklist}
-    assert items["p95_p99"] == items["acceptance_by_prompt_type"] == items["quality_results"] == "yes"
+    assert items["acceptance_by_prompt_type"] == "yes" and items["p95_p99"] == "no"
+    assert items["quality_results"] == "no"
     page = engineer_client.get(f"/decisions/{decision.pk}/")
     assert f'href="/analysis/experiments/{experiment.pk}/"'.encode() in page.content

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import PermissionDenied
 
-from console.decisions import services
-from console.decisions.models import AuditEvent, Decision, FrozenDecisionError
+from console.decisions import selectors, services
+from console.decisions.models import AuditEvent, Decision, FrozenDecisionError, SignOff
+from console.errors import Conflict
 from tests.decisions.conftest import draft_complete, draft_make, signed_make, submitted_make
-from tests.decisions.factories import regression, summary_passing
+from tests.decisions.factories import quality_edit, summary_passing
 
 
 def actions(decision):
@@ -64,7 +65,15 @@ def test_it_refuses_to_submit_an_incomplete_draft(draft, engineer):
 def test_it_submits_a_complete_draft_and_audits_each_step(submitted):
     assert submitted.status == "submitted" and submitted.submitted_at
     assert [a for a, _ in actions(submitted)] == ["created", "edited", "submitted"]
-    assert all(item["answer"] in ("yes", "no") for item in submitted.checklist)
+    questions = [item for item in submitted.checklist if item.get("section") != "fit"]
+    assert questions and all(item["answer"] in ("yes", "no") for item in questions)
+    # The fit-assessment section is read, never answered, and did not block the submission.
+    assert {item["answer"] for item in submitted.checklist if item.get("section") == "fit"} <= {
+        "likely",
+        "unlikely",
+        "unknown",
+        "warning",
+    }
 
 
 def test_it_refuses_sign_off_by_an_engineer(submitted, engineer):
@@ -84,13 +93,51 @@ def test_it_refuses_an_approver_signing_their_own_draft(experiment, approver, se
     assert signed.status == "approved"
 
 
-def test_it_lets_an_approver_sign_their_own_draft_when_configured(experiment, approver, settings):
-    settings.SPECREVIEW_APPROVER_MAY_SIGN_OWN = True
-    decision = submitted_make(experiment=experiment, author=approver)
+def test_it_refuses_an_approver_who_rewrote_a_colleagues_draft(
+    experiment, engineer, approver, second_approver
+):
+    decision = draft_make(experiment=experiment, author=engineer)
+    decision = draft_complete(decision, actor=approver)  # the approver rewrites the engineer's draft
+    decision = services.decision_submit(decision=decision, actor=engineer)
+    with pytest.raises(PermissionDenied, match="you edited this decision: someone else must sign"):
+        services.decision_sign(decision=decision, signer=approver, verdict="approved", comment="mine now")
+    assert Decision.objects.get(pk=decision.pk).status == "submitted"
     signed = services.decision_sign(
-        decision=decision, signer=approver, verdict="approved", comment="allowed here"
+        decision=decision, signer=second_approver, verdict="approved", comment="ok"
     )
-    assert signed.status == "approved"
+    assert signed.signoff.signer == second_approver
+
+
+def test_it_refuses_the_approver_who_submitted_a_colleagues_draft(experiment, engineer, approver):
+    decision = draft_complete(draft_make(experiment=experiment, author=engineer), actor=engineer)
+    decision = services.decision_submit(decision=decision, actor=approver)
+    with pytest.raises(PermissionDenied, match="you submitted this decision"):
+        services.decision_sign(decision=decision, signer=approver, verdict="approved", comment="ok")
+    assert not SignOff.objects.filter(decision=decision).exists()
+
+
+def test_it_counts_an_edit_that_changed_no_field(experiment, engineer, approver):
+    decision = draft_complete(draft_make(experiment=experiment, author=engineer), actor=engineer)
+    services.decision_update(decision=decision, actor=approver, changes={})  # saved: the gate was recomputed
+    decision = services.decision_submit(decision=decision, actor=engineer)
+    with pytest.raises(PermissionDenied, match="you edited"):
+        services.decision_sign(decision=decision, signer=approver, verdict="rejected", comment="no")
+
+
+def test_it_names_every_part_a_signer_took(experiment, approver):
+    decision = submitted_make(experiment=experiment, author=approver)
+    with pytest.raises(PermissionDenied, match="you drafted, edited and submitted this decision"):
+        services.decision_sign(decision=decision, signer=approver, verdict="approved", comment="mine")
+    assert selectors.decision_participants(decision=decision) == {
+        approver.pk: ["drafted", "edited", "submitted"]
+    }
+
+
+def test_it_answers_a_second_sign_off_with_a_conflict_naming_the_first(submitted, approver, second_approver):
+    services.decision_sign(decision=submitted, signer=approver, verdict="approved", comment="go")
+    with pytest.raises(Conflict, match=f"already signed by {approver.username} at .*not recorded"):
+        services.decision_sign(decision=submitted, signer=second_approver, verdict="rejected", comment="no")
+    assert SignOff.objects.get(decision=submitted).signer == approver
 
 
 @pytest.mark.parametrize("verdict", ["approved", "rejected", "approved_with_conditions"])
@@ -125,8 +172,37 @@ def test_it_records_who_signed_with_role_and_time(signed, approver):
 
 def failing_summary():
     s = summary_passing()
-    s["quality"]["regressions"] = [regression("json", "schema_valid")]
+    quality_edit(s, task="json", check="schema_valid", regressions=1, cand_valid=9)
     return s
+
+
+def incomplete_summary():
+    s = summary_passing()
+    s["quality"]["counts"] = []  # nothing checkable: quality not measured, nothing fails
+    return s
+
+
+def test_it_requires_an_override_reason_to_approve_an_incomplete_gate(experiment, engineer, approver):
+    # Old rule: only failing criteria needed an override, so "not measured" could be approved
+    # with no reason on record.
+    decision = submitted_make(experiment=experiment, author=engineer, summary=incomplete_summary())
+    assert decision.gate["overall"] == "incomplete"
+    with pytest.raises(services.DecisionError, match="override"):
+        services.decision_sign(decision=decision, signer=approver, verdict="approved", comment="ship it")
+    signed = services.decision_sign(
+        decision=decision, signer=approver, verdict="approved", comment="ship it",
+        override_reason="quality is covered by the offline eval suite, run separately",
+    )
+    assert signed.events.get(action="signed").details["overridden"] == ["quality"]
+
+
+def test_it_refuses_invalid_gate_settings_on_a_draft(experiment, engineer):
+    with pytest.raises(services.DecisionError, match="stability_metrics"):
+        services.decision_create(
+            experiment=experiment, author=engineer, title="t", proposal="enable",
+            candidate_arm=experiment.arms.get(is_baseline=False), traffic_class="interactive",
+            gate_settings={"stability_metrics": []},
+        )
 
 
 def test_it_requires_an_override_reason_to_approve_over_a_failing_gate(experiment, engineer, approver):
@@ -157,7 +233,7 @@ def test_it_rejects_over_a_failing_gate_without_an_override(experiment, engineer
 def test_it_refuses_every_edit_of_a_signed_decision(signed, engineer, approver):
     with pytest.raises(FrozenDecisionError):
         services.decision_update(decision=signed, actor=engineer, changes={"rationale": "rewritten"})
-    with pytest.raises(FrozenDecisionError):
+    with pytest.raises(Conflict):
         services.decision_sign(decision=signed, signer=approver, verdict="rejected", comment="again")
     with pytest.raises(services.DecisionError):
         services.decision_submit(decision=signed, actor=engineer)

@@ -118,13 +118,52 @@ def test_it_refuses_an_approver_signing_their_own_draft_over_http(experiment, ap
 
     decision = submitted_make(experiment=experiment, author=approver)
     page = approver_client.get(f"/decisions/{decision.pk}/")
-    assert b"another approver signs it" in page.content
+    assert (
+        b"someone else must sign" in page.content
+        and b'action="/decisions/%d/sign/"' % decision.pk not in page.content
+    )
     response = approver_client.post(
         f"/decisions/{decision.pk}/sign/", {"verdict": "approved", "comment": "mine"}
     )
     assert response.status_code == 403
+    assert b"you drafted, edited and submitted this decision: someone else must sign" in response.content
     decision.refresh_from_db()
     assert decision.status == "submitted"
+
+
+def test_it_refuses_an_approver_who_edited_a_colleagues_draft_over_http(draft, engineer, approver_client):
+    form = approver_client.get(f"/decisions/{draft.pk}/edit/")
+    assert b"Saving makes you an editor of this decision: someone else will have to sign it." in form.content
+    response = approver_client.post(
+        f"/decisions/{draft.pk}/edit/", edit_payload(draft, rationale="my words now")
+    )
+    assert response.status_code == 302
+    from console.decisions import services
+
+    services.decision_submit(decision=draft, actor=engineer)
+    page = approver_client.get(f"/decisions/{draft.pk}/")
+    assert b"Separation of duties: you edited this decision: someone else must sign" in page.content
+    response = approver_client.post(f"/decisions/{draft.pk}/sign/", {"verdict": "approved", "comment": "ok"})
+    assert response.status_code == 403 and b"you edited this decision" in response.content
+    draft.refresh_from_db()
+    assert draft.status == "submitted"
+
+
+def test_it_tells_the_second_signer_who_signed_first(submitted, approver, second_approver):
+    from tests.conftest import _client_for
+
+    first, second = _client_for(approver), _client_for(second_approver)
+    assert (
+        first.post(f"/decisions/{submitted.pk}/sign/", {"verdict": "approved", "comment": "go"}).status_code
+        == 302
+    )
+    response = second.post(
+        f"/decisions/{submitted.pk}/sign/", {"verdict": "rejected", "comment": "no"}, follow=True
+    )
+    assert response.status_code == 200
+    assert f"already signed by {approver.username}".encode() in response.content
+    submitted.refresh_from_db()
+    assert submitted.status == "approved" and submitted.signoff.signer == approver
 
 
 def test_it_refuses_form_edits_of_a_signed_decision(signed, engineer_client):
@@ -218,3 +257,24 @@ def test_it_limits_the_proposal_to_known_load_levels(draft, engineer_client):
     assert draft.gate_settings["loads_in_scope"] == ["1x"] and draft.gate["settings"]["loads_in_scope"] == [
         "1x"
     ]
+
+
+def test_it_lists_gate_setting_deviations_on_the_page_and_in_exports(experiment, engineer, viewer_client):
+    from console.decisions import services
+    from tests.decisions.conftest import draft_make
+
+    decision = draft_make(experiment=experiment, author=engineer)
+    page = viewer_client.get(f"/decisions/{decision.pk}/").content.decode()
+    assert "None: every criterion uses its default settings." in page
+    services.decision_update(
+        decision=decision,
+        actor=engineer,
+        changes={"gate_settings": {"memory_fraction": 0.97, "quality_thresholds": {"*": 0.2}}},
+    )
+    page = viewer_client.get(f"/decisions/{decision.pk}/").content.decode()
+    assert "<code>memory_fraction</code>" in page and "<code>0.97</code>" in page
+    assert "<code>quality_thresholds</code>" in page
+    markdown = viewer_client.get(f"/decisions/{decision.pk}/export.md").content.decode()
+    assert "`memory_fraction`: 0.97 (default 0.9)" in markdown
+    bundle = viewer_client.get(f"/decisions/{decision.pk}/bundle.json").json()
+    assert {d["key"] for d in bundle["decision"]["gate"]["deviations"]} == {"memory_fraction", "quality_thresholds"}

@@ -45,5 +45,53 @@ def trace_make(
 
 
 def script_prompt(*, ttft_s: float = 0.02, gap_s: float = 0.02, tokens: int = 5) -> str:
-    """A prompt the local scripted server answers with a known stream (see workers/testing)."""
+    """A prompt the local scripted server answers with a known stream (see tests/support)."""
     return "script:" + json.dumps({"ttft_s": ttft_s, "gap_s": gap_s, "tokens": [1] * tokens})
+
+
+def scripted_experiment_make(
+    *,
+    base_url: str,
+    prompts: list[str],
+    name: str = "flow",
+    repeats: int = 1,
+    loads: str = "1x",
+    warmup: int = 0,
+    ks: int | list[int] = 2,
+    candidate_args: dict | None = None,
+):
+    """An experiment on the `openai` engine against the scripted server at ``base_url``:
+    a baseline and n-gram candidates (``ks``: one k, or a sweep), ``candidate_args``
+    overriding the candidates' engine args (e.g. another server)."""
+    from console.experiments.services import experiment_create
+
+    candidate: dict = {"speculative_config": {"method": "ngram", "num_speculative_tokens": ks}}
+    if candidate_args:
+        candidate["engine_args"] = candidate_args
+    return experiment_create(
+        name=name,
+        trace=trace_make(name=name, prompts=prompts),
+        engine="openai",
+        target_model="scripted",
+        baseline_engine_args={"base_url": base_url, "endpoint": "completions"},
+        candidates=[candidate],
+        load_levels=loads,
+        repeats=repeats,
+        warmup=warmup,
+    )
+
+
+def experiment_make(*, trace: Trace, name: str = "x", created_by=None):
+    """A stored experiment on ``trace`` through the service that creates experiments (configs,
+    arms and its run matrix included): a baseline and one n-gram candidate, one repeat, no warm-up."""
+    from console.experiments.services import experiment_create
+
+    return experiment_create(
+        name=name,
+        trace=trace,
+        target_model="smollm2-135m",
+        candidates=[{"speculative_config": {"method": "ngram", "num_speculative_tokens": 2}}],
+        repeats=1,
+        warmup=0,
+        created_by=created_by,
+    )

@@ -6,11 +6,11 @@ import pytest
 from django.core.exceptions import PermissionDenied
 
 from console.analysis.models import RequestResult
-from console.analysis.synthetic import experiment_synthesize
 from console.policies import fit
 from console.policies.models import SlicePolicy
 from console.policies.selectors import PolicyInputError, policy_export, policy_inputs
 from console.policies.services import policy_fit
+from tests.support.synthetic import experiment_synthesize
 
 pytestmark = pytest.mark.django_db
 

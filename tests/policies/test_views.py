@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from console.analysis.synthetic import experiment_synthesize
 from console.policies import fit
 from console.policies.models import SlicePolicy
 from console.policies.services import policy_fit
+from tests.support.synthetic import experiment_synthesize
 
 pytestmark = pytest.mark.django_db
 

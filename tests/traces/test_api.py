@@ -78,3 +78,61 @@ def test_it_documents_the_endpoints_in_openapi(client, engineer, api_token_for):
     assert set(paths["/api/traces"]) == {"get", "post"}
     assert "multipart/form-data" in paths["/api/traces"]["post"]["requestBody"]["content"]
     assert "/api/traces/{id}" in paths and "/api/traces/{id}/requests" in paths
+
+
+def test_it_imports_a_field_mapped_prompt_set_and_locates_a_bad_mapping(client, engineer, api_token_for):
+    import gzip
+
+    auth = api_token_for(engineer)
+    items = [{"doc": {"text": f"Summarise note {i}."}, "ref": f"s{i}", "n": i} for i in range(6)]
+    content = gzip.compress("".join(json.dumps(r) + "\n" for r in items).encode())
+    data = {
+        "file": SimpleUploadedFile("notes.jsonl.gz", content),
+        "prompt_field": "doc.text",
+        "keep_field": ["ref", "n"],
+        "task": "summarization",
+        "arrival": "poisson:1",
+    }
+    response = client.post("/api/traces", data, **auth)
+    assert response.status_code == 201, response.content
+    trace = Trace.objects.get(pk=response.json()["trace"]["id"])
+    assert trace.source_format == "mapped" and trace.request_count == 6
+    assert trace.requests.get(request_id="record-2").metadata == {"ref": "s1", "n": 1}
+    assert set(trace.requests.values_list("task", flat=True)) == {"summarization"}
+    bad = client.post(
+        "/api/traces",
+        {"file": SimpleUploadedFile("notes.jsonl.gz", content), "prompt_field": "doc.body"},
+        **auth,
+    )
+    assert bad.status_code == 400
+    first = bad.json()["details"]["errors"][0]
+    assert (first["file"], first["line"], first["field"]) == ("notes.jsonl.gz", 1, "doc.body")
+    too_many = client.post(
+        "/api/traces",
+        {
+            "file": SimpleUploadedFile("n.jsonl", b"{}"),
+            "prompt_field": "a",
+            "keep_field": [f"k{i}" for i in range(17)],
+        },
+        **auth,
+    )
+    assert too_many.status_code == 400 and Trace.objects.count() == 1
+    schema = client.get("/api/openapi.json", **auth).json()
+    body = schema["paths"]["/api/traces"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    props = json.dumps(body) + json.dumps(schema.get("components", {}))
+    assert "prompt_field" in props and "keep_field" in props
+
+
+def test_it_answers_400_for_hostile_mapping_fields(client, engineer, api_token_for):
+    auth = api_token_for(engineer)
+    for fields in (
+        {"prompt_field": "a" * 201},
+        {"prompt_field": "q\x00"},
+        {"id_field": "uid"},
+        {"prompt_field": "q", "format": "native"},
+    ):
+        upload = SimpleUploadedFile("t.jsonl", b'{"q": "hello"}\n')
+        response = client.post("/api/traces", {"file": upload, **fields}, **auth)
+        assert response.status_code == 400, (fields, response.content)
+        assert response.json()["error"]
+    assert not Trace.objects.exists()

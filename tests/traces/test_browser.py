@@ -3,32 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
 
+from tests.support.chromium import chromium_browser
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-CHROMIUM = os.environ.get("SPECREVIEW_CHROMIUM", "/usr/bin/chromium")
 BAD = Path(__file__).parent / "bad"
 
 
 @pytest.fixture
 def page(live_server):
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (bin/ensure-chromium installs it)")
-    from playwright.sync_api import sync_playwright
-
-    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--no-first-run"]
-        )
+    with chromium_browser() as browser:
         page = browser.new_page(viewport={"width": 1366, "height": 900})
         page.set_default_timeout(30000)
         yield page
-        browser.close()
 
 
 def _login(page, live_server, user):
@@ -75,3 +66,27 @@ def test_it_shows_the_errors_of_a_bad_file_after_an_xhr_upload(page, live_server
     page.click("button[type=submit]")
     page.wait_for_selector("#import-errors")
     assert "urgent" in page.inner_text("#import-errors")
+
+
+def test_it_previews_a_field_mapping_in_place_then_imports_it(page, live_server, engineer, tmp_path):
+    import gzip
+
+    from console.traces.models import Trace
+
+    path = tmp_path / "set.jsonl.gz"
+    items = [{"ex": {"ask": f"<b>Question</b> {i}?"}, "gold": str(i)} for i in range(9)]
+    path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in items).encode()))
+    _login(page, live_server, engineer)
+    page.set_input_files("input[name=file]", str(path))
+    page.fill("input[name=prompt_field]", "ex.ask")
+    page.fill("input[name=keep_fields]", "gold")
+    page.click("#preview-button")
+    page.wait_for_selector("#preview .preview-requests")
+    assert page.url.endswith("/traces/upload/")  # in place: the form keeps its file
+    assert page.locator("#preview .preview-requests tbody tr").count() == 5
+    assert "<b>Question</b> 0?" in page.inner_text("#preview")  # escaped, shown as text
+    assert not Trace.objects.exists()
+    page.click("button.primary")
+    page.wait_for_url(re.compile(r"/traces/\d+/$"))
+    trace = Trace.objects.get()
+    assert trace.source_format == "mapped" and trace.request_count == 9

@@ -175,10 +175,11 @@ def test_it_counts_tokens_with_a_given_tokenizer_or_the_estimate(engineer, tmp_p
 @pytest.mark.django_db
 def test_it_refuses_to_delete_a_trace_an_experiment_uses(engineer, tmp_path):
     from console.experiments.models import Experiment
+    from tests.experiments.factories import experiment_make
 
     _write(tmp_path / "t.jsonl", _rows(5))
     trace = trace_import_path(path=tmp_path / "t.jsonl", uploaded_by=engineer).trace
-    Experiment.objects.create(name="spec on", trace=trace, target_model="m")
+    experiment_make(name="spec on", trace=trace)
     with pytest.raises(TraceInUseError, match="used by 1 experiment"):
         trace_delete(trace=trace)
     assert Trace.objects.filter(pk=trace.pk).exists() and trace.requests.count() == 5

@@ -146,7 +146,7 @@ def test_it_stops_an_oversized_upload(engineer_client, settings):
         [{"id": f"r{i}", "arrival_s": i, "prompt": "x" * 50, "max_tokens": 3} for i in range(100)]
     )
     response = _upload(engineer_client, content)
-    assert response.status_code == 400
+    assert response.status_code == 413
     assert "larger than the size limit of 2,000 bytes" in response.content.decode()
     assert not Trace.objects.exists()
 
@@ -166,14 +166,96 @@ def test_it_refuses_uploads_and_deletes_to_viewers(viewer_client, engineer, tmp_
 
 def test_it_refuses_to_delete_a_trace_in_use_with_a_clear_message(engineer_client, engineer, tmp_path):
     from console.experiments.models import Experiment
+    from tests.experiments.factories import experiment_make
 
     path = tmp_path / "t.jsonl"
     path.write_bytes(_native([{"id": "a", "arrival_s": 0, "prompt": "x", "max_tokens": 3}]))
     trace = trace_import_path(path=path, uploaded_by=engineer).trace
-    Experiment.objects.create(name="exp-1", trace=trace, target_model="m")
+    experiment_make(name="exp-1", trace=trace)
     response = engineer_client.post(f"/traces/{trace.pk}/delete/", follow=True)
     assert "used by 1 experiment" in response.content.decode()
     assert Trace.objects.filter(pk=trace.pk).exists()
     Experiment.objects.all().delete()
     response = engineer_client.post(f"/traces/{trace.pk}/delete/")
     assert response.status_code == 302 and not Trace.objects.exists()
+
+
+NESTED_SET = [
+    {"item": {"ask": f"Name a prime above {i * 10}."}, "key": f"p{i}", "gold": {"answer": str(i)}}
+    for i in range(8)
+]
+MAPPING_FIELDS = {
+    "prompt_field": "item.ask",
+    "id_field": "key",
+    "keep_fields": "gold.answer",
+    "default_task": "math",
+}
+
+
+def test_it_imports_a_prompt_set_with_the_field_mapping(engineer_client):
+    import gzip
+
+    content = gzip.compress(_native(NESTED_SET))
+    response = _upload(engineer_client, content, name="set.jsonl.gz", arrival="constant:2", **MAPPING_FIELDS)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    trace = Trace.objects.get()
+    assert trace.source_format == "mapped" and trace.request_count == 8
+    request = trace.requests.get(request_id="p3")
+    assert request.prompt == "Name a prime above 30." and request.task == "math"
+    assert request.metadata["gold.answer"] == "3" and trace.metadata["compression"]["format"] == "gzip"
+
+
+def test_it_previews_the_mapping_and_stores_nothing(engineer_client):
+    response = _upload(engineer_client, _native(NESTED_SET), preview="1", **MAPPING_FIELDS)
+    page = response.content.decode()
+    assert response.status_code == 200 and 'id="preview"' in page
+    assert "Name a prime above 40." in page and "Name a prime above 50." not in page  # the first five
+    assert "&quot;gold.answer&quot;: &quot;4&quot;" in page and 'value="item.ask"' in page
+    fragment = engineer_client.post(
+        "/traces/upload/",
+        {
+            "file": SimpleUploadedFile("s.jsonl", _native(NESTED_SET)),
+            "holdout_fraction": "0.3",
+            "seed": "0",
+            "default_max_tokens": "64",
+            "preview": "1",
+            **MAPPING_FIELDS,
+        },
+        headers={"X-Requested-With": "XMLHttpRequest"},
+    )
+    assert fragment.status_code == 200 and fragment.content.decode().lstrip().startswith(
+        '<section class="card" id="preview">'
+    )
+    assert not Trace.objects.exists()
+
+
+def test_it_shows_where_a_mapping_does_not_fit(engineer_client):
+    rows = [*NESTED_SET[:2], {"item": {}, "key": "p9", "gold": {"answer": "9"}}]
+    preview = _upload(engineer_client, _native(rows), preview="1", **MAPPING_FIELDS).content.decode()
+    assert "item.ask" in preview and "is missing: the prompt must be non-empty text" in preview
+    response = _upload(engineer_client, _native(rows), **MAPPING_FIELDS)
+    assert (
+        response.status_code == 400
+        and "is missing: the prompt must be non-empty text" in response.content.decode()
+    )
+    bad_form = _upload(engineer_client, _native(rows), prompt_field="a..b", keep_fields="ok, x..y")
+    page = bad_form.content.decode()
+    assert (
+        bad_form.status_code == 400
+        and "&#x27;a..b&#x27; has an empty part" in page
+        and "&#x27;x..y&#x27;" in page
+    )
+    assert not Trace.objects.exists()
+
+
+def test_it_refuses_a_gzip_bomb_from_the_upload_page(engineer_client, settings):
+    import gzip
+
+    settings.SPECREVIEW_TRACE_MAX_BYTES = 1 << 20
+    bomb = gzip.compress(_native([{"id": "x", "arrival_s": 0, "prompt": "p", "max_tokens": 1}]) * 100_000, 9)
+    response = _upload(engineer_client, bomb, name="bomb.jsonl.gz")
+    assert (
+        response.status_code == 400
+        and "decompresses to more than the size limit" in response.content.decode()
+    )
+    assert not Trace.objects.exists()

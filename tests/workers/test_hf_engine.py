@@ -8,15 +8,18 @@ import time
 
 import pytest
 
+from workers.catalog import CATALOG
 from workers.engines import engine_create
 from workers.engines.base import EngineConfig, EngineError, EngineRequest
 from workers.engines.hf import HFEngine
-from workers.models import CATALOG
 
 SMOL = "smollm2-135m"
 
 
 def _config(spec=None, *, model=SMOL, **engine_args) -> EngineConfig:
+    # Pinned to float32 unless a test says otherwise: exactness checks need it, and 'auto' (the
+    # engine's default) is tested on its own below.
+    engine_args.setdefault("dtype", "float32")
     return EngineConfig(engine="hf", target_model=model, engine_args=engine_args, speculative_config=spec)
 
 
@@ -87,6 +90,9 @@ def test_it_refuses_unknown_engine_args_and_dtypes():
         HFEngine.validate(_config(tensor_parallel_size=2))
     with pytest.raises(EngineError, match="dtype must be one of"):
         HFEngine.validate(_config(dtype="int8"))
+    with pytest.raises(EngineError, match="'float16' needs device 'cuda'"):
+        HFEngine.validate(_config(dtype="float16"))
+    HFEngine.validate(_config(dtype="auto"))
 
 
 def test_it_refuses_a_config_for_another_engine():
@@ -355,3 +361,62 @@ def test_it_runs_in_bfloat16_when_asked():
         assert len(_ids(_collect(engine, EngineRequest(request_id="bf", max_tokens=3, prompt=COUNTING)))) == 3
     finally:
         engine.stop()
+
+
+@pytest.mark.model
+def test_it_reports_the_templated_prompt_length_with_tools_and_system_prompt(baseline):
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Current weather for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
+    messages = [
+        {"role": "system", "content": "You answer in one word."},
+        {"role": "user", "content": "Weather in Paris?"},
+    ]
+    chunks = _collect(baseline, EngineRequest(request_id="pt", max_tokens=2, messages=messages, tools=tools))
+    told = [c.prompt_tokens for c in chunks if c.prompt_tokens is not None]
+    templated = baseline._tokenizer.apply_chat_template(
+        messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=True
+    )
+    expected = len(templated["input_ids"])
+    assert told == [expected]  # once, on the first chunk
+    assert chunks[0].prompt_tokens == expected
+    # Not the characters/4 estimate the trace holds (which knows no template).
+    from console.traces.tokens import prompt_tokens as estimate
+
+    assert expected != estimate(prompt=None, messages=messages)
+    raw = _collect(baseline, EngineRequest(request_id="pr", max_tokens=1, prompt="The capital of France is"))
+    assert raw[0].prompt_tokens == len(baseline._tokenizer("The capital of France is")["input_ids"])
+
+
+@pytest.mark.model
+def test_it_chooses_fp32_by_probe_on_this_cpu_then_reuses_the_cache(tmp_path, monkeypatch):
+    from workers.dtype import cpu_bf16_native, cpu_flags
+
+    if cpu_bf16_native(cpu_flags())[0]:
+        pytest.skip("this CPU has native bf16: the probe may rightly choose it")
+    monkeypatch.setenv("SPECREVIEW_DTYPE_CACHE", str(tmp_path / "dtype-probe.json"))
+    monkeypatch.setenv("SPECREVIEW_DTYPE_PROBE_S", "0.5")
+    engine = HFEngine()
+    engine.start(EngineConfig(engine="hf", target_model=SMOL, engine_args={"num_threads": 1}))
+    try:
+        assert engine.versions()["dtype"] == "float32"
+        choice = engine.dtype_choice()
+        assert choice["source"] == "probe" and set(choice["probe"]) == {"float32", "bfloat16"}
+        assert choice["reason"].startswith("float32: CPU lacks native bf16")
+        assert choice["probe_s"] > 0
+    finally:
+        engine.stop()
+    again = HFEngine()
+    again.start(EngineConfig(engine="hf", target_model=SMOL, engine_args={"num_threads": 1}))
+    try:
+        assert again.dtype_choice()["source"] == "cache"
+        assert again.dtype_choice()["probe"] == choice["probe"]
+    finally:
+        again.stop()

@@ -90,7 +90,11 @@ def assert_same_or_tie(
 
 def _engine(target: str, spec=None) -> HFEngine:
     engine = HFEngine()
-    engine.start(EngineConfig(engine="hf", target_model=target, speculative_config=spec))
+    engine.start(
+        EngineConfig(
+            engine="hf", target_model=target, engine_args={"dtype": "float32"}, speculative_config=spec
+        )
+    )
     return engine
 
 

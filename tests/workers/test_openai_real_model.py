@@ -11,10 +11,10 @@ import asyncio
 
 import pytest
 
+from tests.support.stream_server import stream_server_start
 from workers.engines.base import EngineConfig, EngineRequest
 from workers.engines.openai_http import OpenAIEngine
 from workers.replay import RequestSpec, replay_run_sync
-from workers.testing.stream_server import stream_server_start
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
@@ -35,8 +35,9 @@ def served():
     engine.stop()
 
 
-def test_it_streams_what_the_served_engine_generated_and_its_spec_counters(served):
+def test_it_streams_what_the_served_engine_generated_and_its_spec_counters(served, openai_register):
     server, hf = served
+    openai_register(server.base_url)
     direct = asyncio.run(_collect(hf, EngineRequest(request_id="direct", max_tokens=24, prompt=PROMPT)))
 
     client = OpenAIEngine()

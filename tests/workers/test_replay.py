@@ -8,10 +8,10 @@ import time
 
 import pytest
 
+from tests.support.stream_server import Script, script_prompt, stream_server_spawn
 from workers.engines.base import EngineConfig, EngineRequest
 from workers.engines.openai_http import OpenAIEngine
-from workers.replay import RequestSpec, counters_delta, percentile, replay_run_sync
-from workers.testing.stream_server import Script, script_prompt, stream_server_spawn
+from workers.replay import TICK_S, RequestSpec, counters_delta, percentile, replay_run_sync
 
 
 @pytest.fixture(scope="module")
@@ -22,11 +22,10 @@ def server():
 
 
 @pytest.fixture
-def engine(server):
+def engine(server, openai_register):
     engine = OpenAIEngine()
-    engine.start(
-        EngineConfig(engine="openai", target_model="tiny", engine_args={"base_url": server.base_url})
-    )
+    openai_register(server.base_url)
+    engine.start(EngineConfig(engine="openai", target_model="tiny", engine_args={"server": "test"}))
     yield engine
     engine.stop()
 
@@ -70,7 +69,8 @@ def test_it_sends_on_schedule_without_waiting_for_earlier_requests(server, engin
     received = _log_by_id(server, "open-")
     for record in result.records:
         server_late = received[record.request_id]["recv_s"] - (result.start_perf + record.scheduled_s)
-        assert 0 <= server_late < 0.02, (record.request_id, server_late)
+        # A closed loop would be 300 ms late or more by the fifth request; allow a busy machine's jitter.
+        assert 0 <= server_late < 0.1, (record.request_id, server_late)
 
 
 def test_it_scales_arrivals_by_the_rate_multiplier(server, engine):
@@ -78,7 +78,9 @@ def test_it_scales_arrivals_by_the_rate_multiplier(server, engine):
     result = replay_run_sync(engine=engine, specs=specs, rate_multiplier=2.0)
     assert [round(r.scheduled_s, 6) for r in result.records] == [0.0, 0.05, 0.1, 0.15, 0.2, 0.25]
     received = sorted(r["recv_s"] for r in _log_by_id(server, "rate-").values())
-    assert 0.24 <= received[-1] - received[0] <= 0.27
+    # 0.25 s apart at 2x (0.5 s unscaled, 0.125 s at 4x); the server's receive times carry network
+    # and scheduling jitter, so the window only has to tell those apart.
+    assert 0.2 <= received[-1] - received[0] <= 0.35
 
 
 def test_it_queues_beyond_the_concurrency_cap_and_records_the_wait(server, engine):
@@ -96,8 +98,8 @@ def test_it_queues_beyond_the_concurrency_cap_and_records_the_wait(server, engin
             assert freed and record.sent_s - max(freed) < 0.05
     for record in result.records:
         # Sent = scheduled + queued, give or take a loaded machine's scheduling delay.
-        assert record.sent_s - record.scheduled_s == pytest.approx(record.queue_s, abs=0.02)
-        assert record.send_lateness_s < 0.02
+        assert record.sent_s - record.scheduled_s == pytest.approx(record.queue_s, abs=0.05)
+        assert record.send_lateness_s < 0.05
     spans = [(r["recv_s"], r["end_s"]) for r in _log_by_id(server, "cap-").values()]
     most_at_once = max(sum(start <= t < end for start, end in spans) for t, _ in spans)
     assert most_at_once == 2
@@ -136,9 +138,15 @@ def test_it_records_failed_requests_as_failed_and_keeps_the_rest(server, engine)
 
 def test_it_stops_cleanly_when_cancelled(server, engine):
     cancel = threading.Event()
+    cancelled_at: list[float] = []
+
+    def cancel_now() -> None:
+        cancelled_at.append(time.perf_counter())
+        cancel.set()
+
     specs = [_spec(f"cancel-{i}", 0.1 * i) for i in range(50)]
     specs.append(_spec("cancel-long", 0.05, script_prompt(ttft_s=30.0, tokens=[1])))
-    threading.Timer(1.0, cancel.set).start()
+    threading.Timer(1.0, cancel_now).start()
     began = time.perf_counter()
     result = replay_run_sync(engine=engine, specs=specs, cancel=cancel)
     assert time.perf_counter() - began < 3.0
@@ -146,12 +154,31 @@ def test_it_stops_cleanly_when_cancelled(server, engine):
     statuses = {r.request_id: r.status for r in result.records}
     assert statuses["cancel-long"] == "cancelled"
     assert set(statuses.values()) == {"ok", "cancelled", "not_sent"}
-    sent = sum(s == "ok" for s in statuses.values())
-    assert 8 <= sent <= 16
-    assert sent == len(_log_by_id(server, "cancel-")) - 1  # the long one reached the server too
+    # How many went out before the cancel depends on how busy the machine is; what may not vary:
+    # nothing scheduled well after the cancel (the replay polls for it every tick) was sent, every
+    # request that finished reached the server, and nothing reached it that the run calls unsent.
+    cancel_s = cancelled_at[0] - result.start_perf
+    for record in result.records:
+        if record.scheduled_s > cancel_s + 2 * TICK_S:
+            assert record.status == "not_sent", (record.request_id, record.scheduled_s, cancel_s)
+    ok = sum(s == "ok" for s in statuses.values())
+    started = sum(s != "not_sent" for s in statuses.values())
+    assert ok >= 1 and started <= 20  # the cancel came at ~1 s of a 5 s schedule
+    assert ok + 1 <= len(_log_by_id(server, "cancel-")) <= started  # the long one reached it too
     # The engine is still usable afterwards.
     again = replay_run_sync(engine=engine, specs=[_spec("cancel-after", 0.0)])
     assert again.records[0].status == "ok"
+
+
+def test_it_stops_at_the_runs_deadline_without_the_pool_enforcing_it(server, engine):
+    specs = [_spec(f"deadline-{i}", 0.1 * i) for i in range(40)]  # a 4 s schedule
+    started = time.perf_counter()
+    result = replay_run_sync(engine=engine, specs=specs, deadline=started + 1.0)
+    assert result.deadline_exceeded and result.cancelled
+    assert time.perf_counter() - started < 3.0
+    assert "not_sent" in {r.status for r in result.records}
+    untimed = replay_run_sync(engine=engine, specs=specs[:3])
+    assert not untimed.deadline_exceeded and not untimed.cancelled
 
 
 def test_it_reports_progress_from_a_thread_without_an_event_loop(server, engine):
@@ -165,11 +192,13 @@ def test_it_reports_progress_from_a_thread_without_an_event_loop(server, engine)
             in_loop = False  # so a Django ORM write is allowed here
         calls.append((time.perf_counter(), done, total, in_loop))
 
-    specs = [_spec(f"prog-{i}", 0.1 * i) for i in range(30)]
+    specs = [_spec(f"prog-{i}", 0.2 * i) for i in range(30)]  # a 5.8 s schedule
     began = time.perf_counter()
     replay_run_sync(engine=engine, specs=specs, progress=progress, cancel=lambda: False)
     times = [began] + [c[0] for c in calls]
-    assert max(b - a for a, b in zip(times, times[1:], strict=False)) <= 2.0
+    # About once a second while it runs (a loaded machine may delay a report), not only at the end.
+    assert len(calls) >= 3
+    assert max(b - a for a, b in zip(times, times[1:], strict=False)) <= 3.5
     assert calls[-1][1:3] == (30, 30)
     assert not any(c[3] for c in calls)
     assert [c[1] for c in calls] == sorted(c[1] for c in calls)

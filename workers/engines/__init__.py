@@ -32,6 +32,19 @@ def engine_create(kind: str) -> Engine:
     return engine_class(kind)()
 
 
+def engine_config_validate(config: EngineConfig) -> EngineConfig:
+    """The one check every config passes, at creation (form, CLI, API) and again on the worker.
+
+    Asks the engine's own ``validate`` (nothing is loaded or contacted). Returns the config to
+    store; raises EngineError with a message that names the field (``engine_args.KEY``).
+    """
+    cls = engine_class(config.engine)
+    validate = getattr(cls, "validate", None)
+    if validate is not None:
+        validate(config)
+    return config
+
+
 __all__ = [
     "Chunk",
     "Engine",
@@ -40,5 +53,6 @@ __all__ = [
     "EngineRequest",
     "ENGINE_KINDS",
     "engine_class",
+    "engine_config_validate",
     "engine_create",
 ]

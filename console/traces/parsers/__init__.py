@@ -8,6 +8,7 @@ from typing import IO, Any
 
 from console.traces.errors import ErrorLog
 from console.traces.parsers.base import PROMPTS, REQUESTS, TIMING, ParseContext, Parser, Record
+from console.traces.parsers.mapped import PARQUET_MAGIC, MappedParser
 from console.traces.parsers.prompts import (
     BFCLParser,
     GSM8KParser,
@@ -39,10 +40,12 @@ PARSERS: dict[str, type[Parser]] = {
         GSM8KParser,
         JSONSchemaSetParser,
         PromptListParser,
+        MappedParser,
     )
 }
 
-FORMAT_CHOICES = [(name, cls.label) for name, cls in PARSERS.items()]
+# the field-mapped format is chosen by giving a prompt field, not from the format list
+FORMAT_CHOICES = [(name, cls.label) for name, cls in PARSERS.items() if name != MappedParser.name]
 SNIFF_LINES = 20
 
 
@@ -54,6 +57,8 @@ def _first_item(file: IO[bytes]) -> tuple[Any, str]:
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if not text:
         return None, "empty"
+    if head.startswith(PARQUET_MAGIC):
+        return None, "parquet"
     if text.startswith(b"["):
         scratch = ErrorLog()
         for _, item in json_array(file, scratch):
@@ -66,21 +71,25 @@ def _first_item(file: IO[bytes]) -> tuple[Any, str]:
             continue
         try:
             item = json.loads(stripped.decode("utf-8", errors="replace"))
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(item, dict):
             return item, "json"
     if text.startswith(b"{"):
         return None, "json"
     first_line = text.split(b"\n", 1)[0].decode("utf-8", errors="replace").strip()
-    return [c.strip() for c in next(csv.reader([first_line]))], "csv"
+    try:
+        header = next(csv.reader([first_line]))
+    except csv.Error:
+        return None, "csv"
+    return [c.strip() for c in header], "csv"
 
 
 def detect_format(file: IO[bytes], *, filename: str) -> str | None:
     """The name of the format the file looks like, or None (the caller reports why)."""
     item, how = _first_item(file)
-    if item is None:
-        return None
+    if item is None or (isinstance(item, list) and how != "csv"):
+        return None  # a list is a CSV header only when read from a CSV line (an array's [[...]] is not)
     for name, cls in PARSERS.items():
         if cls.sniff(item, filename=filename):
             return name
@@ -91,6 +100,8 @@ def describe_first_item(file: IO[bytes]) -> str:
     item, how = _first_item(file)
     if how == "empty":
         return "the file is empty"
+    if how == "parquet":
+        return "a Parquet file is read by field mapping: give the prompt field (--prompt-field)"
     if item is None:
         return "the first lines are not valid JSON objects"
     if isinstance(item, dict):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, ClassVar
 
 from console.traces.errors import ErrorLog
+from console.traces.parsers.stream import Limits
 
 # What a file carries: requests with content and timing, prompts without timing, or timing without content.
 REQUESTS = "requests"
@@ -37,8 +38,11 @@ class ParseContext:
     errors: ErrorLog
     default_max_tokens: int = 256
     default_task: str | None = None
+    turns: str = "first"  # multi-turn prompt sets: the "first" turn only, or "all" turns as a session
     warnings: list[str] = field(default_factory=list)
     notes: Counter = field(default_factory=Counter)
+    limits: Limits = field(default_factory=Limits.from_settings)
+    mapping: Any = None  # a parsers.mapped.FieldMapping for the field-mapped format
 
 
 class Parser:

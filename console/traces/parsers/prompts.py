@@ -1,9 +1,11 @@
 """Prompt sets without timing: MT-Bench/Spec-Bench, ShareGPT, HumanEval, BFCL, JSON-schema sets, GSM8K,
 and a plain JSON array of prompt strings. Arrivals come from an arrival process (console/traces/arrivals.py).
 
-Multi-turn sets become one request per conversation, from its first user turn: later turns depend on
-the model's own earlier answers, so replaying them verbatim would measure a conversation that never
-happened. They are kept in ``metadata.later_turns``.
+Multi-turn sets (MT-Bench/Spec-Bench, ShareGPT) become, by default (``turns="first"``), one request
+per conversation, from its first user turn, with the later turns kept in ``metadata.later_turns``.
+With ``turns="all"`` every user turn is a request of one session (``session_id``, ``turn``): it holds
+only its new user message, and the replay adds the arm's own earlier answers (replaying the recorded
+answers verbatim would measure a conversation that never happened).
 """
 
 from __future__ import annotations
@@ -41,9 +43,9 @@ def _items(file: IO[bytes], ctx: ParseContext) -> Iterator[tuple[int, Any]]:
     head = file.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
     file.seek(0)
     if head.startswith(b"["):
-        yield from json_array(file, ctx.errors)
+        yield from json_array(file, ctx.errors, ctx.limits)
     else:
-        yield from json_lines(file, ctx.errors)
+        yield from json_lines(file, ctx.errors, ctx.limits)
 
 
 def _object(line: int, item: Any, ctx: ParseContext) -> dict | None:
@@ -72,17 +74,38 @@ class _PromptParser(Parser):
             obj = _object(line, item, ctx) if self.wants_object else item
             if obj is None:
                 continue
-            data = self.convert(line, obj, ctx)
-            if data is None:
+            converted = self.convert(line, obj, ctx)
+            if converted is None:
                 continue
-            data.setdefault("task", ctx.default_task or self.task)
-            data.setdefault("max_tokens", ctx.default_max_tokens)
-            yield Record(line, data)
+            for data in converted if isinstance(converted, list) else [converted]:
+                data.setdefault("task", ctx.default_task or self.task)
+                data.setdefault("max_tokens", ctx.default_max_tokens)
+                yield Record(line, data)
 
     wants_object = True
 
-    def convert(self, line: int, item: Any, ctx: ParseContext) -> dict | None:
+    def convert(self, line: int, item: Any, ctx: ParseContext) -> dict | list[dict] | None:
+        """One request, several (the turns of a session), or None after reporting why."""
         raise NotImplementedError
+
+
+def session_turns(base: dict[str, Any], user_texts: list[str]) -> list[dict]:
+    """One request per user turn, all of session ``base["id"]``: turn 0 keeps ``base`` (its id and
+    messages), turn k is ``<id>-turn<k>`` with only its own user message."""
+    session_id = base["id"]
+    first = {**base, "session_id": session_id, "turn": 0}
+    later = [
+        {
+            "id": f"{session_id}-turn{k}",
+            "session_id": session_id,
+            "turn": k,
+            "messages": [{"role": "user", "content": text}],
+            "metadata": dict(base.get("metadata") or {}),
+        }
+        | ({"task": base["task"]} if "task" in base else {})
+        for k, text in enumerate(user_texts[1:], start=1)
+    ]
+    return [first, *later]
 
 
 class MTBenchParser(_PromptParser):
@@ -96,7 +119,7 @@ class MTBenchParser(_PromptParser):
             isinstance(first, dict) and "turns" in first and ("question_id" in first or "category" in first)
         )
 
-    def convert(self, line: int, item: dict, ctx: ParseContext) -> dict | None:
+    def convert(self, line: int, item: dict, ctx: ParseContext) -> dict | list[dict] | None:
         turns = item.get("turns")
         if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
             ctx.errors.add(line, "turns", "must be a non-empty list of strings")
@@ -106,7 +129,7 @@ class MTBenchParser(_PromptParser):
         metadata: dict[str, Any] = {"question_id": qid}
         if category is not None:
             metadata["category"] = category
-        if len(turns) > 1:
+        if len(turns) > 1 and ctx.turns == "first":
             metadata["later_turns"] = turns[1:]
         data: dict[str, Any] = {
             "id": qid,
@@ -115,6 +138,8 @@ class MTBenchParser(_PromptParser):
         }
         if isinstance(category, str) and category in CATEGORY_TASKS:
             data["task"] = ctx.default_task or CATEGORY_TASKS[category]
+        if ctx.turns == "all" and len(turns) > 1:
+            return session_turns(data, turns)
         return data
 
 
@@ -127,7 +152,7 @@ class ShareGPTParser(_PromptParser):
     def sniff(cls, first: Any, *, filename: str) -> bool:
         return isinstance(first, dict) and isinstance(first.get("conversations"), list)
 
-    def convert(self, line: int, item: dict, ctx: ParseContext) -> dict | None:
+    def convert(self, line: int, item: dict, ctx: ParseContext) -> dict | list[dict] | None:
         turns = item.get("conversations")
         if not isinstance(turns, list):
             ctx.errors.add(line, "conversations", "must be a list of {from, value} turns")
@@ -144,13 +169,24 @@ class ShareGPTParser(_PromptParser):
             ctx.errors.add(line, "conversations", "has no human turn with text")
             return None
         metadata: dict[str, Any] = {}
-        if len(turns) > first + 1:
+        if len(turns) > first + 1 and ctx.turns == "first":
             metadata["later_turns"] = turns[first + 1 :]
-        return {
+        data = {
             "id": item.get("id", f"sharegpt-{line}"),
             "messages": [{"role": "user", "content": turns[first]["value"]}],
             "metadata": metadata,
         }
+        if ctx.turns != "all":
+            return data
+        user_texts = []
+        for t in turns[first:]:
+            if not isinstance(t, dict) or t.get("from") not in ("human", "user"):
+                continue  # the recorded answers: the replay uses each arm's own instead
+            if not isinstance(t.get("value"), str) or not t["value"].strip():
+                ctx.notes["sessions_cut"] += 1  # an empty turn ends the session (real dumps have a few)
+                break
+            user_texts.append(t["value"])
+        return session_turns(data, user_texts) if len(user_texts) > 1 else data
 
 
 class HumanEvalParser(_PromptParser):

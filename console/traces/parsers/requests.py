@@ -28,7 +28,7 @@ class NativeParser(Parser):
         return "id" in first and ("prompt" in first or "messages" in first) and "max_tokens" in first
 
     def parse(self, file: IO[bytes], ctx: ParseContext) -> Iterator[Record]:
-        for line, obj in json_lines(file, ctx.errors):
+        for line, obj in json_lines(file, ctx.errors, ctx.limits):
             if not isinstance(obj, dict):
                 ctx.errors.add(line, None, f"each line must be a JSON object, got {type(obj).__name__}")
                 continue
@@ -79,7 +79,7 @@ class OpenAILogParser(Parser):
         return has_content and (any(k in first for k in TIMESTAMP_KEYS) or "model" in first)
 
     def parse(self, file: IO[bytes], ctx: ParseContext) -> Iterator[Record]:
-        for line, obj in json_lines(file, ctx.errors):
+        for line, obj in json_lines(file, ctx.errors, ctx.limits):
             if not isinstance(obj, dict):
                 ctx.errors.add(line, None, f"each line must be a JSON object, got {type(obj).__name__}")
                 continue

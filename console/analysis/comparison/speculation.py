@@ -1,0 +1,99 @@
+"""Did each candidate speculate, and how much did it accept: per arm x load, from the best
+evidence there is.
+
+- **per-request**: the verification steps recorded per request (the ``hf`` and ``vllm``
+  engines; the ``openai`` engine with ``vllm serve --per-request-spec-decode-metrics
+  detailed``), reduced by :func:`console.analysis.metrics.steps_flatten` like every other
+  acceptance table.
+- **run-level (server counters)**: the spec-decode counter deltas the run scraped from the
+  server's ``/metrics`` (the ``openai`` engine against vLLM, SGLang or TensorRT-LLM), summed
+  over the group's runs. Used only when no request of the group recorded steps.
+- neither: not measured (a server without spec-decode counters, or a page it could not read).
+
+A candidate arm labelled speculative (a ``speculative_config``) whose evidence shows no draft
+at all is flagged ``did_not_speculate``: it ran as the baseline did, and whatever it measured
+says nothing about speculative decoding. The release gate refuses to pass on it.
+
+Pure pandas; no Django.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+import pandas as pd
+
+from console.jsonutil import json_safe
+
+PER_REQUEST = "per-request"
+RUN_LEVEL = "run-level (server counters)"
+NOT_SPECULATING = "server did not speculate"
+
+
+def speculation_rows(
+    *,
+    request_steps: pd.DataFrame,
+    derived: pd.DataFrame,
+    runs: pd.DataFrame,
+    base_arm: str,
+    speculative_arms: Collection[str] | None,
+) -> list[dict[str, Any]]:
+    """One row per arm x load: ``arm``, ``load``, ``is_baseline``, ``speculative`` (labelled so;
+    None when the labels are unknown), ``source`` (``PER_REQUEST``, ``RUN_LEVEL`` or None),
+    ``drafts``, ``drafted``, ``accepted`` (tokens), ``acceptance_rate``,
+    ``mean_acceptance_length``, ``rate_per_draft_by_position`` (list, position 1 first),
+    ``server`` (the run-level totals when every run has them, else None),
+    ``did_not_speculate`` and ``reason``.
+
+    ``request_steps`` is :func:`console.analysis.metrics.steps_per_request` over ``derived``'s
+    rows; ``runs`` may carry ``spec_counters`` (each run's counter deltas, a dict or None).
+    """
+    from console.analysis.metrics import server_acceptance, server_counters_sum
+
+    keys = derived[["arm", "load", "run_id"]].reset_index(drop=True)
+    steps = request_steps.assign(
+        arm=keys["arm"].to_numpy()[request_steps["row"].to_numpy()],
+        load=keys["load"].to_numpy()[request_steps["row"].to_numpy()],
+    )
+    counters = (
+        dict(zip(runs["run_id"], runs["spec_counters"], strict=True)) if "spec_counters" in runs else {}
+    )
+    out = []
+    for (arm, load), group in keys.groupby(["arm", "load"], sort=True):
+        mine = steps[(steps["arm"] == arm) & (steps["load"] == load)]
+        run_ids = sorted(group["run_id"].unique())
+        server = server_counters_sum([counters.get(r) for r in run_ids])
+        row: dict[str, Any] = {
+            "arm": arm,
+            "load": load,
+            "is_baseline": arm == base_arm,
+            "speculative": None if speculative_arms is None else arm in speculative_arms,
+            "server": server_acceptance(server) if server is not None else None,
+        }
+        if len(mine):
+            drafts, drafted, accepted = (int(mine[c].sum()) for c in ("n_drafts", "drafted", "accepted"))
+            row |= {
+                "source": PER_REQUEST,
+                "drafts": drafts,
+                "drafted": drafted,
+                "accepted": accepted,
+                "acceptance_rate": accepted / drafted if drafted else None,
+                "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+                "rate_per_draft_by_position": None,  # in acceptance.by_position, with the conditional rate
+            }
+        elif server is not None:
+            row |= {"source": RUN_LEVEL} | server_acceptance(server)
+        else:
+            row |= {"source": None, "drafts": None, "drafted": None, "accepted": None}
+            row |= {"acceptance_rate": None, "mean_acceptance_length": None, "rate_per_draft_by_position": None}
+        flagged = bool(row["speculative"]) and row["source"] is not None and row["drafts"] == 0
+        row["did_not_speculate"] = flagged
+        row["reason"] = (
+            f"{NOT_SPECULATING}: {arm} is configured to speculate, yet its {row['source']} "
+            f"evidence at load {load} shows no draft at all; it ran as the baseline did"
+            if flagged
+            else None
+        )
+        out.append(row)
+    return json_safe(out)

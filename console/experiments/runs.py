@@ -1,0 +1,504 @@
+"""A run's life: enqueue, claim, heartbeat, finish, fail, cancel, retry, reap.
+
+Every write here is a conditional UPDATE keyed on the run's id, its status and, once a
+worker holds it, the attempt token its claim drew. A worker that lost its claim (the
+reaper gave the run to another attempt, or a user cancelled it) matches no row, so it
+stops and writes nothing. Postgres is the source of truth: the broker only carries run
+ids, and the reaper re-sends any queued run whose message the broker no longer holds.
+
+Used by the worker (``workers/execution.py``), the console (``services.py``, views) and the
+periodic reaper (Celery beat, or the embedded worker's timer). Nothing here imports
+``workers``: tasks are sent by name.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import math
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import current_app
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from console.experiments.models import Experiment, Run
+
+log = logging.getLogger(__name__)
+
+EXECUTE_TASK = "workers.execute_run"
+COMPARISON_TASK = "workers.compute_comparison"
+ERROR_MAX = 4000  # characters of a run's error kept
+BULK_BATCH = 2000
+
+
+# --- enqueue ---------------------------------------------------------------------------------
+
+
+def run_enqueue(*, run: Run, queue: str | None = None) -> str:
+    """Send the run's task once the surrounding transaction commits; returns the task id.
+
+    ``queue`` overrides the run's own queue: a worker started for one experiment
+    (``workers/embedded.py``) listens on a queue of its own, so it serves those runs only.
+
+    A broker that refuses the message leaves the run ``queued`` with the reason in its
+    error; the reaper sends it again once the broker is back.
+    """
+    task_id = str(uuid.uuid4())
+    Run.objects.filter(pk=run.pk).update(celery_task_id=task_id, enqueued_at=timezone.now())
+    run_id, queue = run.pk, queue or run.queue
+
+    def send() -> None:
+        try:
+            current_app.send_task(EXECUTE_TASK, kwargs={"run_id": run_id}, queue=queue, task_id=task_id)
+        except Exception as exc:
+            log.exception("run %s: the broker refused its task", run_id)
+            Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, celery_task_id=task_id).update(
+                error=f"waiting for the broker (sending the task failed: {type(exc).__name__}: {exc}); "
+                "the reaper sends it again"[:ERROR_MAX]
+            )
+
+    transaction.on_commit(send, robust=True)
+    return task_id
+
+
+@transaction.atomic
+def run_retry(*, run: Run, queue: str | None = None) -> bool:
+    """Queue a failed or cancelled run again; its old results are replaced when it runs
+    (``queue`` as in :func:`run_enqueue`)."""
+    updated = Run.objects.filter(pk=run.pk, status__in=[Run.Status.FAILED, Run.Status.CANCELLED]).update(
+        status=Run.Status.QUEUED,
+        error="",
+        cancel_requested=False,
+        progress_done=0,
+        progress_at=None,
+        heartbeat_at=None,
+        attempt_token="",
+        finished_at=None,
+    )
+    if not updated:
+        return False
+    Experiment.objects.filter(pk=run.experiment_id).update(status=Experiment.Status.RUNNING, finished_at=None)
+    run.refresh_from_db()
+    run_enqueue(run=run, queue=queue)
+    return True
+
+
+# --- the worker's side -----------------------------------------------------------------------
+
+
+def run_claim(*, run_id: int, worker: str) -> str | None:
+    """queued -> running, once. Returns the attempt token, or None when there was nothing to
+    claim (a redelivered, duplicate or revoked task). The heartbeat starts at the claim."""
+    token = uuid.uuid4().hex
+    now = timezone.now()
+    claimed = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, cancel_requested=False).update(
+        status=Run.Status.RUNNING,
+        attempt_token=token,
+        heartbeat_at=now,
+        started_at=now,
+        finished_at=None,
+        worker=worker[:200],
+        attempt=F("attempt") + 1,
+        progress_done=0,
+        progress_at=None,
+        error="",
+    )
+    return token if claimed else None
+
+
+def _held(run_id: int, token: str):
+    return Run.objects.filter(pk=run_id, status=Run.Status.RUNNING, attempt_token=token)
+
+
+def run_heartbeat(*, run_id: int, token: str, done: int | None = None, total: int | None = None) -> str:
+    """Record that the claim's holder is alive (and its progress, in requests).
+
+    Returns ``"ok"``, ``"cancel"`` (a user asked the run to stop) or ``"lost"`` (the claim
+    is no longer this worker's: stop and write nothing).
+    """
+    now = timezone.now()
+    fields: dict[str, Any] = {"heartbeat_at": now}
+    if done is not None:
+        fields.update(progress_done=done, progress_at=now)
+    if total is not None:
+        fields["progress_total"] = total
+    if not _held(run_id, token).update(**fields):
+        return "lost"
+    return "cancel" if _held(run_id, token).filter(cancel_requested=True).exists() else "ok"
+
+
+def run_update(*, run_id: int, token: str, **fields: Any) -> bool:
+    """Set descriptive fields (versions, hardware, totals) while the claim is held."""
+    return bool(_held(run_id, token).update(**fields))
+
+
+@dataclass
+class Sanitised:
+    """What the store changed so that a row could be written at all."""
+
+    notes: dict[str, int] = field(default_factory=dict)
+
+    def note(self, what: str) -> None:
+        self.notes[what] = self.notes.get(what, 0) + 1
+
+    def text(self, value: str | None, *, what: str, max_length: int | None = None) -> str | None:
+        if value is None:
+            return None
+        if "\x00" in value:
+            value = value.replace("\x00", "")
+            self.note(f"NUL bytes removed from {what}")
+        if max_length is not None and len(value) > max_length:
+            value = value[:max_length]
+            self.note(f"{what} cut to {max_length} characters")
+        return value
+
+    def json(self, value: Any, *, what: str) -> Any:
+        """JSON Postgres accepts: no NUL in strings, no NaN or infinities (stored as null)."""
+        if isinstance(value, str):
+            return self.text(value, what=what)
+        if isinstance(value, float) and not math.isfinite(value):
+            self.note(f"non-finite numbers in {what} stored as null")
+            return None
+        if isinstance(value, dict):
+            return {str(self.text(str(k), what=what)): self.json(v, what=what) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.json(v, what=what) for v in value]
+        return value
+
+    def array(self, value: Any, *, kind: str, what: str) -> Any:
+        """A per-request array the packed field stores (``console.analysis.arrays``): returned
+        as is when it packs; one that cannot (not a flat list of numbers) is stored empty and
+        noted, so one malformed row never loses the run. NaN and infinities store as they are."""
+        from console.analysis.arrays import ArrayPackError, pack
+
+        try:
+            pack(value, kind=kind, what=what)
+        except ArrayPackError:
+            self.note(f"{what} not a flat list of numbers, stored empty")
+            return []
+        return value
+
+    def summary(self) -> str:
+        if not self.notes:
+            return ""
+        return "stored with changes: " + "; ".join(f"{what} ({n}x)" for what, n in sorted(self.notes.items()))
+
+
+def result_rows_sanitise(*, rows: Iterable[Any], sanitised: Sanitised) -> list[Any]:
+    """Make unsaved ``RequestResult`` rows storable: strip NUL bytes, cut over-long fields."""
+    from console.analysis.models import RequestResult
+    from console.analysis.selectors import ARRAY_FIELDS
+
+    limits = {f.name: f.max_length for f in RequestResult._meta.fields if getattr(f, "max_length", None)}
+    out = []
+    for row in rows:
+        for name in ("output_text", "error", "finish_reason", "request_id"):
+            setattr(row, name, sanitised.text(getattr(row, name), what=name, max_length=limits.get(name)))
+        for name, kind in ARRAY_FIELDS.items():
+            setattr(row, name, sanitised.array(getattr(row, name), kind=kind, what=name))
+        out.append(row)
+    return out
+
+
+def run_finish(
+    *,
+    run_id: int,
+    token: str,
+    rows: list[Any],
+    telemetry: dict[str, Any],
+    wall_s: float,
+    error: str = "",
+) -> bool:
+    """Store a finished run's results and mark it done, in one transaction, only while the
+    claim is held: a worker that lost it writes nothing. A rerun's rows replace the old ones.
+
+    ``rows`` are unsaved ``RequestResult`` objects; ``telemetry`` the ``RunTelemetry``
+    fields. Returns False (nothing written) when the claim was lost.
+    """
+    from console.analysis.models import RequestResult, RunTelemetry
+
+    sanitised = Sanitised()
+    rows = result_rows_sanitise(rows=rows, sanitised=sanitised)
+    telemetry = {k: sanitised.json(v, what="telemetry") for k, v in telemetry.items()}
+    with transaction.atomic():
+        # The row lock makes the reaper and a cancel wait for this write, then find it done.
+        if not _held(run_id, token).select_for_update().exists():
+            return False
+        _results_clear(run_id)
+        RequestResult.objects.bulk_create(rows, batch_size=BULK_BATCH)
+        RunTelemetry.objects.create(run_id=run_id, **telemetry)
+        note = sanitised.summary()
+        _held(run_id, token).update(
+            status=Run.Status.DONE,
+            finished_at=timezone.now(),
+            heartbeat_at=timezone.now(),
+            wall_s=wall_s,
+            progress_done=len(rows),
+            error="; ".join(m for m in (error, note) if m)[:ERROR_MAX],
+        )
+    _fit_summarise(run_id)
+    _experiment_refresh_for(run_id)
+    return True
+
+
+def _fit_summarise(run_id: int) -> None:
+    """Cache a finished baseline run's fit facts now, so the experiment page refines its fit
+    assessment while the candidates still run (pages never compute it)."""
+    from console.analysis.services import fit_run_summarise
+
+    try:
+        fit_run_summarise(run_id=run_id)
+    except Exception:  # derived data: the comparison task computes what is missing again
+        log.exception("run %s: could not cache its fit facts", run_id)
+
+
+def run_fail(*, run_id: int, token: str, message: str, retry: bool = False) -> bool:
+    """End the claim: ``failed`` with ``message``, or back to ``queued`` (``retry``: the task
+    sends itself again). Partial results are deleted. False when the claim was lost."""
+    with transaction.atomic():
+        if not _held(run_id, token).select_for_update().exists():
+            return False
+        _results_clear(run_id)
+        if retry:
+            _held(run_id, token).update(
+                status=Run.Status.QUEUED,
+                attempt_token="",
+                heartbeat_at=None,
+                enqueued_at=timezone.now(),
+                error=f"retrying: {message}"[:ERROR_MAX],
+            )
+        else:
+            _held(run_id, token).update(
+                status=Run.Status.FAILED, finished_at=timezone.now(), error=message[:ERROR_MAX]
+            )
+    if not retry:
+        _experiment_refresh_for(run_id)
+    return True
+
+
+def run_cancel(*, run_id: int, token: str) -> bool:
+    """The worker stopped at a user's request: ``cancelled``, its partial results deleted."""
+    with transaction.atomic():
+        if not _held(run_id, token).select_for_update().exists():
+            return False
+        _results_clear(run_id)
+        _held(run_id, token).update(status=Run.Status.CANCELLED, finished_at=timezone.now())
+    _experiment_refresh_for(run_id)
+    return True
+
+
+def _results_clear(run_id: int) -> None:
+    from console.analysis.models import RequestResult, RunSummary, RunTelemetry
+
+    RequestResult.objects.filter(run_id=run_id).delete()
+    RunTelemetry.objects.filter(run_id=run_id).delete()
+    RunSummary.objects.filter(run_id=run_id).delete()
+
+
+def _experiment_refresh_for(run_id: int) -> None:
+    experiment_id = Run.objects.filter(pk=run_id).values_list("experiment_id", flat=True).first()
+    if experiment_id is not None:
+        experiment_status_refresh(experiment_id=experiment_id)
+
+
+def experiment_status_refresh(*, experiment_id: int) -> str:
+    """Derive the experiment's status from its runs once none is left to run. A capacity
+    search's next step is added first (``capacity.capacity_searches_advance``): the experiment is
+    done only once every search has ended."""
+    from console.experiments.capacity import capacity_searches_advance
+
+    try:
+        capacity_searches_advance(experiment_id=experiment_id)
+    except Exception:  # the next refresh (the reaper's, at the latest) tries again
+        log.exception("experiment %s: could not advance its capacity searches", experiment_id)
+    statuses = set(Run.objects.filter(experiment_id=experiment_id).values_list("status", flat=True))
+    if statuses & {Run.Status.QUEUED, Run.Status.RUNNING}:
+        return Experiment.Status.RUNNING
+    if Run.Status.FAILED in statuses:
+        status = Experiment.Status.FAILED
+    elif Run.Status.CANCELLED in statuses:
+        status = Experiment.Status.CANCELLED
+    else:
+        status = Experiment.Status.DONE
+    Experiment.objects.filter(pk=experiment_id).exclude(status=status).update(
+        status=status, finished_at=timezone.now()
+    )
+    if Run.objects.filter(
+        experiment_id=experiment_id, status=Run.Status.DONE, arm__is_baseline=True
+    ).exists():
+        _comparison_enqueue(experiment_id=experiment_id)
+    return status
+
+
+def _comparison_enqueue(*, experiment_id: int) -> None:
+    """Ask a worker to compute the experiment's comparison once this transaction commits (the
+    pages only read the stored one). Sent by name: nothing here imports ``workers``."""
+
+    def send() -> None:
+        try:
+            current_app.send_task(COMPARISON_TASK, kwargs={"experiment_id": experiment_id})
+        except Exception:  # the comparison is derived data: the next refresh asks again
+            log.exception("experiment %s: could not ask for its comparison", experiment_id)
+
+    transaction.on_commit(send, robust=True)
+
+
+# --- the reaper ------------------------------------------------------------------------------
+
+
+@dataclass
+class ReapReport:
+    requeued: list[int] = field(default_factory=list)  # lost with their worker, sent again
+    failed: list[int] = field(default_factory=list)  # lost on their last attempt
+    cancelled: list[int] = field(default_factory=list)  # lost while a cancel was pending
+    resent: list[int] = field(default_factory=list)  # queued, but the broker had no message
+    broker_error: str = ""
+
+    @property
+    def total(self) -> int:
+        return len(self.requeued) + len(self.failed) + len(self.cancelled) + len(self.resent)
+
+    def __str__(self) -> str:
+        text = (
+            f"{len(self.requeued)} lost run(s) re-queued, {len(self.failed)} failed, "
+            f"{len(self.cancelled)} cancelled; {len(self.resent)} queued run(s) sent again"
+        )
+        return text + (f" (broker: {self.broker_error})" if self.broker_error else "")
+
+
+def runs_reap(
+    *,
+    stale_after_s: float | None = None,
+    resend_after_s: float | None = None,
+    max_attempts: int | None = None,
+) -> ReapReport:
+    """End runs whose worker stopped beating, and re-send queued runs the broker lost.
+
+    A ``running`` run without a heartbeat for ``stale_after_s`` seconds lost its worker: it
+    is re-queued (a new attempt) while it has had fewer than ``max_attempts``, failed with
+    "worker lost" after that, and cancelled when a cancel was pending. A ``queued`` run of a
+    running experiment whose task the broker no longer holds, sent more than
+    ``resend_after_s`` seconds ago, is sent again (Postgres is the source of truth). Safe to
+    run from several places at once: every change is a conditional UPDATE.
+    """
+    stale_after_s = float(settings.SPECREVIEW_RUN_STALE_AFTER_S if stale_after_s is None else stale_after_s)
+    resend_after_s = stale_after_s if resend_after_s is None else float(resend_after_s)
+    max_attempts = settings.SPECREVIEW_RUN_MAX_ATTEMPTS if max_attempts is None else max_attempts
+    report = ReapReport()
+    now = timezone.now()
+    cutoff = now - datetime.timedelta(seconds=stale_after_s)
+    stale = Run.objects.filter(status=Run.Status.RUNNING).filter(
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff)
+    )
+    experiments: set[int] = set()
+    for run in stale.only("pk", "attempt", "attempt_token", "cancel_requested", "experiment_id", "queue"):
+        lost = _held(run.pk, run.attempt_token).filter(
+            Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff)
+        )
+        silence = f"no heartbeat for more than {stale_after_s:.0f} s"
+        with transaction.atomic():
+            if run.cancel_requested:
+                if lost.update(status=Run.Status.CANCELLED, finished_at=now, attempt_token=""):
+                    _results_clear(run.pk)
+                    report.cancelled.append(run.pk)
+            elif run.attempt < max_attempts:
+                if lost.update(
+                    status=Run.Status.QUEUED,
+                    attempt_token="",
+                    heartbeat_at=None,
+                    error=f"worker lost ({silence}) on attempt {run.attempt}; re-queued",
+                ):
+                    _results_clear(run.pk)
+                    run_enqueue(run=run)
+                    report.requeued.append(run.pk)
+            elif lost.update(
+                status=Run.Status.FAILED,
+                finished_at=now,
+                attempt_token="",
+                error=f"worker lost ({silence}) on attempt {run.attempt} of {max_attempts}; retry the run",
+            ):
+                _results_clear(run.pk)
+                report.failed.append(run.pk)
+        experiments.add(run.experiment_id)
+    _queued_resend(report=report, older_than=now - datetime.timedelta(seconds=resend_after_s))
+    for experiment_id in experiments:
+        experiment_status_refresh(experiment_id=experiment_id)
+    if report.total:
+        log.warning("reaper: %s", report)
+    return report
+
+
+def _queued_resend(*, report: ReapReport, older_than: datetime.datetime) -> None:
+    waiting = list(
+        Run.objects.filter(
+            status=Run.Status.QUEUED,
+            cancel_requested=False,
+            experiment__status=Experiment.Status.RUNNING,
+        )
+        .filter(Q(enqueued_at__lt=older_than) | Q(enqueued_at__isnull=True))
+        .only("pk", "celery_task_id", "queue")
+    )
+    if not waiting:
+        return
+    try:
+        held = broker_task_ids(queues={r.queue for r in waiting})
+    except Exception as exc:  # the broker is down: nothing can be sent now anyway
+        report.broker_error = f"{type(exc).__name__}: {exc}"
+        return
+    if held is None:
+        report.broker_error = "this broker cannot be inspected; queued runs are not re-sent"
+        return
+    for run in waiting:
+        if run.celery_task_id in held:
+            continue
+        # Keyed on the task id it had: a concurrent reaper or a retry already re-sent it.
+        with transaction.atomic():
+            if Run.objects.filter(
+                pk=run.pk, status=Run.Status.QUEUED, celery_task_id=run.celery_task_id
+            ).update(enqueued_at=timezone.now()):
+                run_enqueue(run=run)
+                report.resent.append(run.pk)
+
+
+def broker_task_ids(*, queues: set[str]) -> set[str] | None:
+    """Ids of the tasks the broker holds for ``queues``: waiting, or delivered and not yet
+    acknowledged. None for a transport that cannot be inspected (only Redis and the
+    filesystem transport can)."""
+    with current_app.connection_for_write() as conn:
+        transport = conn.transport.driver_type
+        channel = conn.default_channel
+        payloads: list[Any] = []
+        if transport == "redis":
+            client = channel.client
+            for queue in queues:
+                for pri in channel.priority_steps:
+                    key = f"{queue}{channel.sep}{pri}" if pri else queue
+                    payloads += [json.loads(p) for p in client.lrange(key, 0, -1)]
+            payloads += [json.loads(v)[0] for v in client.hvals(channel.unacked_key)]
+        elif transport == "filesystem":
+            from pathlib import Path
+
+            folder = Path(channel.data_folder_in)
+            for path in folder.glob("*.msg"):
+                if path.name.partition(".")[2].removesuffix(".msg") in queues:
+                    try:
+                        payloads.append(json.loads(path.read_bytes()))
+                    except (OSError, ValueError):  # taken by a worker while we looked
+                        continue
+            # A delivered message lives in the consuming worker's memory only.
+        else:
+            return None
+    ids = set()
+    for payload in payloads:
+        headers = payload.get("headers") or {}
+        task_id = headers.get("id") or (payload.get("properties") or {}).get("correlation_id")
+        if task_id:
+            ids.add(task_id)
+    return ids

@@ -1,0 +1,40 @@
+"""JSON helpers shared by every app: one definition of "JSON-safe" and of canonical JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+def json_safe(value: Any) -> Any:
+    """NaN/inf (not valid JSON) to None, numpy scalars and arrays to Python values, tuples to
+    lists, recursively; mapping keys to str. The one definition every app stores JSON columns with."""
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [json_safe(v) for v in value.tolist()]
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, np.str_):
+        return str(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
+    if value is pd.NA or value is pd.NaT:
+        return None
+    if hasattr(value, "item") and not isinstance(value, str | bytes):  # other numpy scalars (datetime64)
+        return json_safe(value.item())
+    return value
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no whitespace, NaN refused: the form that is hashed."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

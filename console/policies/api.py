@@ -1,0 +1,98 @@
+"""JSON API for slice policies: GET /api/policies[?experiment=ID], GET /api/policies/{id},
+GET /api/policies/{id}/deployment (vllm serve lines and the LiteLLM router config)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Path, Query, Router
+
+from console.api import MAX_ID, ApiError, Id, Open, errors, row_or_404
+from console.experiments.models import Experiment
+from console.policies import deploy
+from console.policies.models import SlicePolicy
+from console.policies.selectors import policy_deployment, policy_export, policy_list
+
+router = Router(tags=["policies"])
+
+
+class PolicyOut(Open):
+    id: int
+    url: str
+    experiment_id: int
+    rules_sha256: str
+    train: dict[str, Any]
+    holdout: dict[str, Any]
+
+
+class PolicyDetailOut(PolicyOut):
+    rules: list[Any]
+    train_scores: Any
+    holdout_scores: Any
+    downloads: dict[str, str]
+
+
+class PolicyDeploymentOut(Open):
+    router: str
+    model: str
+    rules_sha256: str
+    tag_prefix: str
+    other: str
+    features: dict[str, list[Any]]
+    pools: list[dict[str, Any]]
+    table: list[dict[str, Any]]
+    router_config: dict[str, Any]
+
+
+def _downloads(pk: int) -> dict[str, str]:
+    return {
+        "rules_json": f"/policies/{pk}/rules.json",
+        "vllm_serve": f"/policies/{pk}/vllm-serve.sh",
+        "litellm_config": f"/policies/{pk}/litellm.yaml",
+        "deployment": f"/api/policies/{pk}/deployment",
+    }
+
+
+@router.get(
+    "/policies/{id}/deployment",
+    response={200: PolicyDeploymentOut, **errors(400, 404, 409)},
+    url_name="api-policy-deployment",
+    summary="What to deploy for a slice policy: vllm serve lines per pool and the LiteLLM router config",
+)
+def policy_deployment_api(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
+    """409 when the policy cannot be deployed (an arm it routes to is gone, a stored value cannot
+    be put on a vLLM command line); the error says which."""
+    item = row_or_404(SlicePolicy.objects.select_related("experiment"), id, what="policy")
+    try:
+        return deploy.deployment_document(policy_deployment(policy=item))
+    except deploy.DeployError as exc:
+        raise ApiError(409, f"policy {item.pk} cannot be deployed: {exc}") from exc
+
+
+@router.get(
+    "/policies/{id}",
+    response={200: PolicyDetailOut, **errors(400, 404)},
+    url_name="api-policy",
+    summary="A slice policy: its rules, train and holdout scores",
+)
+def policy(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
+    item = row_or_404(SlicePolicy.objects.select_related("created_by"), id, what="policy")
+    return policy_export(policy=item) | {
+        "rules": (item.rules or {}).get("rules", []),
+        "train_scores": item.train_scores,
+        "holdout_scores": item.holdout_scores,
+        "downloads": _downloads(item.pk),
+    }
+
+
+@router.get(
+    "/policies",
+    response={200: list[PolicyOut], **errors(400, 404)},
+    url_name="api-policies",
+    summary="Slice policies, optionally of one experiment",
+)
+def policies(request: HttpRequest, experiment: int | None = Query(None, ge=1, le=MAX_ID)):
+    """404 when ``experiment`` names no experiment."""
+    chosen = None if experiment is None else row_or_404(Experiment.objects, experiment, what="experiment")
+    return [policy_export(policy=p) for p in policy_list(experiment=chosen)[:500]]

@@ -1,0 +1,39 @@
+"""Figures stay linear in the number of requests and embed as data, never as inline script."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+
+from console.analysis import plots
+
+
+def _rows(n: int) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "scheduled_s": [i * 0.1 for i in range(n)],
+            "sent_s": [i * 0.1 + 0.01 for i in range(n)],
+            "first_token_s": [i * 0.1 + 0.05 for i in range(n)],
+            "finish_s": [i * 0.1 + 0.5 if i % 4 else None for i in range(n)],  # every 4th unfinished
+        }
+    )
+
+
+def test_it_draws_the_run_timeline_bars_as_one_trace_instead_of_a_shape_per_request():
+    fig = plots.run_timeline(_rows(400))
+    assert len(fig.layout.shapes) == 0  # a shape per request made the run page quadratic
+    bars = fig.data[0]
+    assert bars.mode == "lines" and len(bars.x) == 3 * 300  # start, finish, gap per finished request
+    assert list(bars.x[:3]) == [0.1, 0.6, None] and list(bars.y[:3]) == [1, 1, None]
+
+
+def test_it_embeds_a_figure_as_a_json_data_block_with_no_inline_script():
+    html = plots.fig_html(plots.run_timeline(_rows(5)), div_id="fig-timeline")
+    scripts = re.findall(r"<script([^>]*)>(.*?)</script>", html, flags=re.S)
+    assert len(scripts) == 1
+    attrs, body = scripts[0]
+    assert 'type="application/json"' in attrs and 'data-target="fig-timeline"' in attrs
+    assert json.loads(body)["layout"]["title"]["text"].startswith("Timeline")
+    assert '<div id="fig-timeline"' in html

@@ -1,0 +1,51 @@
+"""The comparison page's slice selector in real Chromium under the production CSP: choosing a
+slice redraws the headline table and the charts for it, in place, with no policy violation."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser.test_console_browser import _login, page  # noqa: F401  (fixture)
+from tests.browser.test_csp_browser import WATCH
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+TABLE_COUNTS = """Array.from(document.querySelectorAll('#headline tbody tr td:last-child')).map(td => td.textContent.trim())"""
+CHART = """(id) => { const el = document.getElementById(id); return el && el.layout ?
+  {title: el.layout.title.text, x: el.data.map(t => Array.from(t.x || []))} : null; }"""
+
+
+def test_it_redraws_the_table_and_charts_when_the_slice_changes(page, live_server, viewer, settings, tmp_path):  # noqa: F811
+    from console.analysis.services import comparison_refresh
+    from tests.support.synthetic import experiment_synthesize
+
+    settings.SPECREVIEW_CSP = True
+    experiment = experiment_synthesize(n_requests=50, ks=(2,), loads="1x", repeats=2, seed=7)
+    comparison_refresh(experiment_id=experiment.pk, n_boot=200)  # what the worker's task does
+    page.add_init_script(WATCH)
+    _login(page, live_server, viewer)
+    page.goto(f"{live_server.url}/analysis/experiments/{experiment.pk}/")
+    page.wait_for_function("document.querySelectorAll('#slice-view .js-plotly-plot .main-svg').length >= 4")
+    assert page.evaluate(TABLE_COUNTS) == ["100 (0)", "100 (0)"]
+    whole_cdf = page.evaluate(CHART, "fig-cdf-e2e")
+    assert page.evaluate(CHART, "fig-tpot-load")["title"] == "TPOT p50 vs load"
+
+    page.select_option("#slice-select", "task:code")
+    page.wait_for_selector('#slice-view[data-slice="task:code"]')
+    page.wait_for_function("document.querySelectorAll('#slice-view .js-plotly-plot .main-svg').length >= 4")
+    assert page.evaluate(TABLE_COUNTS) == ["20 (0)", "20 (0)"]  # every 5th request is code, 2 repeats
+    assert "Headline for task = code" in page.inner_text("#headline h2")
+    assert page.evaluate(CHART, "fig-tpot-load")["title"] == "TPOT p50 vs load (task = code)"
+    code_cdf = page.evaluate(CHART, "fig-cdf-e2e")
+    assert code_cdf["title"].endswith("(task = code)") and code_cdf["x"] != whole_cdf["x"]
+    assert "not measured (n too small)" in page.inner_text("#headline")
+    assert "slice=task%3Acode" in page.url
+    page.screenshot(path=str(tmp_path / "slice.png"), full_page=True)
+    # The whole-experiment charts outside the slice view were not redrawn away.
+    assert page.locator("#fig-memory .main-svg").count() >= 1
+
+    page.select_option("#slice-select", "all")
+    page.wait_for_selector('#slice-view[data-slice="all"]')
+    page.wait_for_function("document.querySelectorAll('#slice-view .js-plotly-plot .main-svg').length >= 4")
+    assert page.evaluate(TABLE_COUNTS) == ["100 (0)", "100 (0)"]
+    assert page.evaluate("window.__csp") == []

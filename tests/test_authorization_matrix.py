@@ -1,0 +1,351 @@
+"""Who may call what: every URL pattern and API endpoint, every method it answers, every role.
+
+The table is keyed by the URL path pattern (parameters written ``{name}``, whatever the
+converter) and the HTTP method, never by view function, so it survives a view being rewritten
+(the JSON API moving to another library keeps its URLs). A route the console serves that has
+no entry here fails ``test_it_has_an_entry_for_every_route`` with its name: add the entry, and
+with it the decision of who may call it (docs/authorization.md).
+
+Roles are the three groups plus the people an object knows:
+- ``creator``: the engineer who uploaded the trace, created the experiment and drafted the
+  draft decision;
+- ``drafter``, ``editor``, ``submitter``: the three approvers who drafted, edited and submitted
+  the submitted decision (none of them may sign it);
+- ``engineer``, ``approver``: one of each who took no part in anything.
+
+The world is built once; each check runs inside a savepoint that is rolled back, so every
+role, and every test, sees the same world.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.db import transaction
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver
+
+ROLES = ("anonymous", "viewer", "engineer", "creator", "approver", "drafter", "editor", "submitter")
+SIGNED_IN = ROLES[1:]
+APPROVERS = ("approver", "drafter", "editor", "submitter")
+
+OK, DENIED, LOGIN = "ok", "403", "login"  # ok: neither 401/403/404/405 nor a 5xx nor a login redirect
+NOT_FOUND = "status 404"  # an object of someone else's the user may not even see
+
+
+def everyone_signed_in() -> dict[str, str]:
+    return {"anonymous": LOGIN} | dict.fromkeys(SIGNED_IN, OK)
+
+
+def public() -> dict[str, str]:
+    return dict.fromkeys(ROLES, OK)
+
+
+def engineers() -> dict[str, str]:
+    """Any engineer or approver (a capability of the role, no object rule)."""
+    return everyone_signed_in() | {"viewer": DENIED}
+
+
+def creator_or_approver() -> dict[str, str]:
+    return engineers() | {"engineer": DENIED}
+
+
+def signer() -> dict[str, str]:
+    """An approver who did not draft, edit or submit the decision."""
+    return everyone_signed_in() | dict.fromkeys(
+        ("viewer", "engineer", "creator", "drafter", "editor", "submitter"), DENIED
+    )
+
+
+# "METHOD /path/{param}/" -> role -> expectation. Objects: traces/experiments/policies by the
+# creator; "{pk}" under /decisions/ is the submitted decision unless the route edits a draft.
+MATRIX: dict[str, dict[str, str]] = {
+    "GET /": everyone_signed_in(),
+    "GET /healthz": public(),
+    "GET /accounts/login/": public(),
+    "POST /accounts/login/": public(),  # a failed login re-renders the form
+    "PUT /accounts/login/": public(),  # Django's LoginView treats PUT as POST
+    "POST /accounts/logout/": dict.fromkeys(ROLES, LOGIN),  # logs out, back to the login page
+    "GET /accounts/tokens/": everyone_signed_in(),  # one's own API tokens
+    "POST /accounts/tokens/": everyone_signed_in(),
+    "POST /accounts/tokens/{pk}/revoke/": {"anonymous": LOGIN, "creator": OK}  # the creator's token:
+    | dict.fromkeys(set(SIGNED_IN) - {"creator"}, NOT_FOUND),  # nobody else's tokens even exist for them
+    "GET /admin/*": {"anonymous": LOGIN} | dict.fromkeys(SIGNED_IN, "admin-login"),  # staff only
+    # traces
+    "GET /traces/": everyone_signed_in(),
+    "GET /traces/upload/": engineers(),
+    "POST /traces/upload/": engineers(),
+    "GET /traces/{pk}/": everyone_signed_in(),
+    "POST /traces/{pk}/delete/": creator_or_approver(),
+    "GET /api/traces": everyone_signed_in(),
+    "POST /api/traces": engineers(),
+    "GET /api/traces/{id}": everyone_signed_in(),
+    "GET /api/traces/{id}/requests": everyone_signed_in(),
+    # experiments
+    "GET /experiments/": everyone_signed_in(),
+    "GET /experiments/new/": engineers(),
+    "POST /experiments/new/": engineers(),
+    "GET /experiments/{pk}/": everyone_signed_in(),
+    "GET /experiments/{pk}/live/": everyone_signed_in(),
+    "POST /experiments/{pk}/start/": creator_or_approver(),
+    "POST /experiments/{pk}/cancel/": creator_or_approver(),
+    "POST /experiments/{pk}/clone/": engineers(),  # the clone is the cloner's own experiment
+    "POST /experiments/{pk}/runs/{run_pk}/retry/": creator_or_approver(),
+    "GET /api/experiments": everyone_signed_in(),
+    "POST /api/experiments": engineers(),
+    "GET /api/experiments/{id}": everyone_signed_in(),
+    "POST /api/experiments/{id}/cancel": creator_or_approver(),
+    "GET /api/experiments/{id}/comparison": everyone_signed_in(),
+    # analysis
+    "GET /analysis/experiments/{pk}/": everyone_signed_in(),
+    "GET /analysis/experiments/{pk}/results.csv": everyone_signed_in(),
+    "GET /analysis/experiments/{pk}/comparison.json": everyone_signed_in(),
+    "GET /analysis/runs/{pk}/": everyone_signed_in(),
+    "GET /analysis/results/{a}/vs/{b}/": everyone_signed_in(),
+    "POST /analysis/experiments/{pk}/recompute/": engineers(),  # idempotent: recomputes from stored runs
+    # policies
+    "GET /policies/": everyone_signed_in(),
+    "GET /policies/new/": engineers(),
+    "POST /policies/new/": engineers(),
+    "GET /policies/{pk}/": everyone_signed_in(),
+    "GET /policies/{pk}/rules.json": everyone_signed_in(),
+    "GET /policies/{pk}/vllm-serve.sh": everyone_signed_in(),
+    "GET /policies/{pk}/litellm.yaml": everyone_signed_in(),
+    "GET /api/policies": everyone_signed_in(),
+    "GET /api/policies/{id}": everyone_signed_in(),
+    "GET /api/policies/{id}/deployment": everyone_signed_in(),
+    # decisions
+    "GET /decisions/": everyone_signed_in(),
+    "GET /decisions/new/": engineers(),
+    "POST /decisions/new/": engineers(),
+    "GET /decisions/archive/": everyone_signed_in(),
+    "GET /decisions/{pk}/": everyone_signed_in(),
+    "GET /decisions/{pk}/edit/": engineers(),  # any engineer may edit a draft, and then never sign it
+    "POST /decisions/{pk}/edit/": engineers(),
+    "POST /decisions/{pk}/submit/": engineers(),
+    "POST /decisions/{pk}/sign/": signer(),
+    "GET /decisions/{pk}/export.md": everyone_signed_in(),
+    "GET /decisions/{pk}/export.pdf": everyone_signed_in(),
+    "GET /decisions/{pk}/bundle.json": everyone_signed_in(),
+    "GET /api/decisions": everyone_signed_in(),
+    "GET /api/decisions/{id}": everyone_signed_in(),
+    "PATCH /api/decisions/{id}": engineers(),
+    "POST /api/decisions/{id}/signoff": signer(),
+    "GET /api/openapi.json": everyone_signed_in(),
+}
+
+# Routes that act on a draft decision rather than the submitted one.
+ON_DRAFT = {"/decisions/{pk}/edit/", "/decisions/{pk}/submit/", "/api/decisions/{id}"}
+MUTATIONS = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def _walk(patterns, prefix=""):
+    for p in patterns:
+        if isinstance(p, URLResolver):
+            yield from _walk(p.url_patterns, prefix + str(p.pattern))
+        elif isinstance(p, URLPattern):
+            yield prefix + str(p.pattern)
+
+
+def normalise(route: str) -> str:
+    """``decisions/<int:pk>/`` -> ``/decisions/{pk}/``; the admin site is one entry."""
+    route = "/" + route.lstrip("^").rstrip("$").replace("\\Z", "")
+    if route.startswith("/admin/"):
+        return "/admin/*"
+    route = re.sub(r"<(?:[a-z_]+:)?([a-z_]+)>", r"{\1}", route)
+    return re.sub(r"\(\?P<([a-z_]+)>[^)]*\)", r"{\1}", route)
+
+
+def served_routes() -> set[str]:
+    return {normalise(r) for r in _walk(get_resolver().url_patterns)}
+
+
+def test_it_has_an_entry_for_every_route():
+    listed = {key.split(" ", 1)[1] for key in MATRIX}
+    missing = sorted(served_routes() - listed)
+    assert not missing, (
+        "routes with no entry in tests/test_authorization_matrix.py MATRIX (decide who may call "
+        f"them, per method, and write it in docs/authorization.md): {', '.join(missing)}"
+    )
+    stale = sorted(listed - served_routes())
+    assert not stale, f"MATRIX lists routes the console no longer serves: {', '.join(stale)}"
+
+
+def test_it_gives_every_entry_every_role():
+    incomplete = [key for key, expected in MATRIX.items() if set(expected) != set(ROLES)]
+    assert not incomplete, f"entries without an expectation for each of {ROLES}: {incomplete}"
+
+
+@dataclass
+class World:
+    users: dict[str, Any]
+    ids: dict[str, int]
+
+
+@pytest.fixture(scope="module")
+def world(django_db_setup, django_db_blocker):
+    """Built once for the module inside a transaction rolled back at its end; each test's own
+    transaction (``db``) and each request's savepoint nest inside it."""
+    from django.test.utils import override_settings
+
+    with (
+        django_db_blocker.unblock(),
+        override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]),
+        transaction.atomic(),
+    ):
+        yield _world_build()
+        transaction.set_rollback(True)
+
+
+def _world_build() -> World:
+    from console.accounts.services import user_create
+    from console.analysis.models import RequestResult
+    from console.decisions import services
+    from console.experiments.models import Run
+    from console.policies.models import SlicePolicy
+    from tests.decisions.conftest import draft_complete, draft_make
+    from tests.decisions.factories import experiment_make
+
+    role_of = {"viewer": "viewer", "engineer": "engineer", "creator": "engineer"}
+    users = {
+        name: user_create(username=f"m-{name}", password="x" * 10, role=role_of.get(name, "approver"))
+        for name in SIGNED_IN
+    }
+    experiment = experiment_make(created_by=users["creator"])
+    trace = experiment.trace
+    trace.uploaded_by = users["creator"]
+    trace.save(update_fields=["uploaded_by"])
+    runs = list(experiment.runs.order_by("order"))
+    Run.objects.filter(pk=runs[-1].pk).update(status=Run.Status.FAILED, error="engine crashed")
+    request = trace.requests.order_by("position").first()
+    results = [
+        RequestResult.objects.create(
+            run=run,
+            trace_request=request,
+            request_id=request.request_id,
+            scheduled_s=0.0,
+            output_token_ids=[1, 2],
+        )
+        for run in runs[:2]
+    ]
+    from console.accounts.models import ApiToken
+    from console.accounts.services import api_token_create
+
+    api_token_create(user=users["creator"], name="matrix")
+    token = ApiToken.objects.get(user=users["creator"], name="matrix")
+    policy = SlicePolicy.objects.create(
+        experiment=experiment,
+        baseline_arm="baseline",
+        arms=["ngram"],
+        metric="tpot_s",
+        rules={"rules": []},
+        rules_sha256="0" * 64,
+        created_by=users["creator"],
+    )
+    draft = draft_make(experiment=experiment, author=users["creator"])
+    submitted = draft_complete(
+        draft_make(experiment=experiment, author=users["drafter"]), actor=users["editor"]
+    )
+    services.decision_submit(decision=submitted, actor=users["submitter"])
+    return World(
+        users=users,
+        ids={
+            "trace": trace.pk,
+            "experiment": experiment.pk,
+            "failed_run": runs[-1].pk,
+            "run": runs[0].pk,
+            "result_a": results[0].pk,
+            "result_b": results[1].pk,
+            "policy": policy.pk,
+            "token": token.pk,
+            "draft": draft.pk,
+            "submitted": submitted.pk,
+        },
+    )
+
+
+def concrete(path: str, ids: dict[str, int]) -> str:
+    if path == "/admin/*":
+        return "/admin/"
+    parts = path.strip("/").split("/")
+    first = parts[1] if parts[0] in ("api", "analysis") else parts[0]
+    pk = {
+        "traces": ids["trace"],
+        "experiments": ids["experiment"],
+        "policies": ids["policy"],
+        "accounts": ids["token"],
+        "decisions": ids["draft"] if path in ON_DRAFT else ids["submitted"],
+    }.get(first)
+    if path.startswith("/analysis/runs/"):
+        pk = ids["run"]
+    # the JSON API names its path parameter "id" (as its OpenAPI document does), the pages "pk"
+    values = {"pk": pk, "id": pk, "run_pk": ids["failed_run"], "a": ids["result_a"], "b": ids["result_b"]}
+    out = re.sub(r"\{([a-z_]+)\}", lambda m: str(values[m.group(1)]), path)
+    assert "None" not in out, f"no sample object for {path}"
+    return out
+
+
+def call(client: Client, method: str, url: str, *, api_token: str | None):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {api_token}"} if api_token else {}
+    kwargs: dict[str, Any] = {}
+    if url.startswith("/api/") and method in ("POST", "PUT", "PATCH"):
+        kwargs = {"data": "{}", "content_type": "application/json"}
+    return getattr(client, method.lower())(url, **kwargs, **headers)
+
+
+def outcome(response, url: str) -> str:
+    location = response.get("Location", "") if response.status_code in (301, 302, 303) else ""
+    if location.startswith("/accounts/login/") or (url.startswith("/api/") and response.status_code == 401):
+        return LOGIN
+    if location.startswith("/admin/login/"):
+        return "admin-login"
+    if response.status_code == 403:
+        return DENIED
+    if response.status_code in (401, 404, 405) or response.status_code >= 500:
+        return f"status {response.status_code}"
+    return OK
+
+
+def check(world: World, method: str, path: str, role: str) -> str:
+    url = concrete(path, world.ids)
+    client = Client(raise_request_exception=False)
+    token = None
+    if role != "anonymous":
+        user = world.users[role]
+        if url.startswith("/api/"):
+            from console.accounts.services import api_token_create
+
+            token = api_token_create(user=user)
+        else:
+            client.force_login(user)
+    with transaction.atomic():
+        response = call(client, method, url, api_token=token)
+        transaction.set_rollback(True)  # the next role sees the same world
+    return outcome(response, url)
+
+
+@pytest.mark.parametrize("key", sorted(MATRIX))
+def test_it_allows_exactly_the_listed_roles(key, world, db):
+    method, path = key.split(" ", 1)
+    got = {role: check(world, method, path, role) for role in ROLES}
+    wrong = {
+        role: f"expected {MATRIX[key][role]}, got {got[role]}"
+        for role in ROLES
+        if got[role] != MATRIX[key][role]
+    }
+    assert not wrong, f"{key}: {wrong}"
+
+
+@pytest.mark.parametrize("path", sorted({key.split(" ", 1)[1] for key in MATRIX} - {"/admin/*"}))
+def test_it_refuses_methods_a_route_does_not_list(path, world, db):
+    listed = {key.split(" ", 1)[0] for key in MATRIX if key.split(" ", 1)[1] == path}
+    wrong = {}
+    for method in sorted(set(MUTATIONS) - listed):
+        for role in ("viewer", "approver"):
+            got = check(world, method, path, role)
+            if got not in (DENIED, "status 405"):
+                wrong[f"{method} as {role}"] = got
+    assert not wrong, f"{path} answers methods the matrix does not list: {wrong}"

@@ -1,0 +1,102 @@
+"""What an operator lets the openai engine reach: registered servers and named credentials.
+
+Both come from settings (``SPECREVIEW_OPENAI_SERVERS``, ``SPECREVIEW_OPENAI_CREDENTIALS``,
+parsed by ``console.env``). A config names a server (or gives a ``base_url`` equal to a
+registered one); the key comes with the server's registration and is read here, on the
+worker, when a request is sent: never stored in a config, a page or a bundle.
+Outside Django (a bench script) the same variables are read from the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .base import EngineError
+
+
+def _settings_or_env() -> tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]]:
+    from django.conf import settings
+
+    if settings.configured or os.environ.get("DJANGO_SETTINGS_MODULE"):
+        return (
+            getattr(settings, "SPECREVIEW_OPENAI_SERVERS", {}) or {},
+            getattr(settings, "SPECREVIEW_OPENAI_CREDENTIALS", {}) or {},
+        )
+    from console.env import envcredentials, envopenai_servers
+
+    credentials = envcredentials("SPECREVIEW_OPENAI_CREDENTIALS")
+    return envopenai_servers("SPECREVIEW_OPENAI_SERVERS", credentials=credentials), credentials
+
+
+def openai_servers() -> dict[str, dict[str, str]]:
+    """``{name: {"url": base URL without trailing slash, "credential": name or ""}}``."""
+    return _settings_or_env()[0]
+
+
+def openai_server_for(*, server: str | None, base_url: str | None) -> tuple[str, dict[str, str]]:
+    """The registered server a config means, by name or by its exact base URL.
+
+    Raises EngineError saying which servers are registered.
+    """
+    servers = openai_servers()
+    known = ", ".join(sorted(servers)) or "none: an operator registers them in SPECREVIEW_OPENAI_SERVERS"
+    if server is not None:
+        if not isinstance(server, str) or server not in servers:
+            raise EngineError(
+                f"engine_args.server {server!r} is not a registered server; registered: {known}"
+            )
+        entry = servers[server]
+        if base_url is not None and str(base_url).rstrip("/") != entry["url"]:
+            raise EngineError(
+                f"engine_args.base_url {base_url!r} is not the URL of server {server!r}; give the server only"
+            )
+        return server, entry
+    if isinstance(base_url, str):
+        wanted = base_url.rstrip("/")
+        matches = [(name, entry) for name, entry in servers.items() if entry["url"] == wanted]
+        if len(matches) > 1:
+            names = ", ".join(name for name, _ in matches)
+            raise EngineError(
+                f'engine_args.base_url {base_url!r} is registered as {names}: name one with "server"'
+            )
+        if matches:
+            return matches[0]
+    raise EngineError(
+        f"engine_args.base_url {base_url!r} is not a registered server: name one with "
+        f'"server" (registered: {known}); an operator adds servers to SPECREVIEW_OPENAI_SERVERS'
+    )
+
+
+def credential_value(*, name: str) -> str:
+    """The key a named credential holds, read now (environment variable or file).
+
+    Raises EngineError naming the credential and where it should be, never a value.
+    """
+    credentials = _settings_or_env()[1]
+    source = credentials.get(name)
+    if source is None:
+        raise EngineError(
+            f"credential {name!r} is not configured on this worker (SPECREVIEW_OPENAI_CREDENTIALS)"
+        )
+    if "file" in source:
+        try:
+            value = Path(source["file"]).read_text().strip()
+        except OSError as exc:
+            raise EngineError(f"credential {name!r}: its file cannot be read ({exc.strerror})") from None
+    else:
+        value = os.environ.get(source["env"], "").strip()
+    if not value:
+        raise EngineError(f"credential {name!r} is empty on this worker: its operator must set it")
+    return value
+
+
+def credential_values() -> list[str]:
+    """Every configured credential's value that can be read here (for scrubbing text)."""
+    out = []
+    for name in _settings_or_env()[1]:
+        try:
+            out.append(credential_value(name=name))
+        except EngineError:
+            continue
+    return out

@@ -1,1 +1,0 @@
-"""Test and benchmark helpers that ship with specreview (a local OpenAI-compatible server)."""
