@@ -97,7 +97,11 @@ def _arrays(blobs: list, *, kind: str) -> list[np.ndarray]:
     object per value): ``metrics`` flattens them back with one ``np.concatenate``."""
     flat, lens = unpack_many(blobs, kind=kind)
     flat.flags.writeable = False
-    return np.split(flat, np.cumsum(lens)[:-1]) if len(lens) else []
+    ends = np.cumsum(lens).tolist()
+    if not ends:
+        return []
+    # plain slices: np.split builds each view through swapaxes, about 5x slower per row
+    return [flat[start:end] for start, end in zip([0, *ends[:-1]], ends, strict=True)]
 
 
 def _nan(value) -> float:

@@ -37,3 +37,23 @@ def test_it_embeds_a_figure_as_a_json_data_block_with_no_inline_script():
     assert 'type="application/json"' in attrs and 'data-target="fig-timeline"' in attrs
     assert json.loads(body)["layout"]["title"]["text"].startswith("Timeline")
     assert '<div id="fig-timeline"' in html
+
+
+def test_the_embedded_figure_carries_the_named_template_and_the_layout_it_was_given():
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    from console.figures import figure_html
+
+    html = figure_html(go.Figure(go.Bar(x=[1], y=[2])), div_id="f", layout={"height": 123})
+    layout = json.loads(re.search(r"<script[^>]*>(.*?)</script>", html, flags=re.S).group(1))["layout"]
+    assert layout["height"] == 123
+    white = pio.templates["plotly_white"].layout
+    assert layout["template"]["layout"]["plot_bgcolor"] == white.plot_bgcolor
+    assert layout["template"]["layout"]["xaxis"]["gridcolor"] == white.xaxis.gridcolor
+    # another named template replaces it; the figure object itself never holds one
+    html = figure_html(go.Figure(), div_id="g", layout={"template": "simple_white"})
+    layout = json.loads(re.search(r"<script[^>]*>(.*?)</script>", html, flags=re.S).group(1))["layout"]
+    assert layout["template"]["layout"]["xaxis"]["showline"] is True  # simple_white's, not plotly_white's
+    assert pio.templates["plotly_white"].layout.xaxis.showline is None
+    assert go.Figure().layout.template.layout.plot_bgcolor is None
