@@ -74,14 +74,29 @@ def _delta_cell(delta: dict | None) -> dict:
         lo, hi = delta.get("ratio_lo"), delta.get("ratio_hi")
         out["delta"] = f"×{delta['ratio']:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "")
     floor = delta.get("noise_floor")
-    metric = str(delta.get("metric") or "")
-    if floor is None:
-        out["floor"] = "no noise floor"
-    elif metric.endswith("_s"):
-        out["floor"] = f"floor ±{floor * 1000:.1f} ms" if floor < 1 else f"floor ±{floor:.2f} s"
-    else:
-        out["floor"] = f"floor ±{floor:.3g}"
+    out["floor"] = "no noise floor" if floor is None else f"floor {floor_text(str(delta.get('metric') or ''), floor)}"
     return out
+
+
+# Metrics that are shares of requests (means of yes/no): their floors read in percentage points.
+SHARE_METRICS = frozenset(
+    {"success", "met_deadline", "exact_match", "json_valid", "schema_valid", "tool_call_valid", "acceptance_rate"}
+)
+
+
+def floor_text(metric: str, floor: float) -> str:
+    """A noise floor with the unit its metric's name says: seconds (``_s``, shown in ms below
+    1 s), requests per second (``_rps``), dollars (``_usd``), percentage points (a share of
+    requests, ``SHARE_METRICS``), else a bare number."""
+    if metric.endswith("_s"):
+        return f"±{floor * 1000:.1f} ms" if floor < 1 else f"±{floor:.2f} s"
+    if metric.endswith("_rps"):
+        return f"±{floor:.3g} req/s"
+    if metric.endswith("_usd"):
+        return f"±${floor:.3g}"
+    if metric in SHARE_METRICS:
+        return f"±{floor * 100:.1f} pp"
+    return f"±{floor:.3g}"
 
 
 def _headline_table(rows: list[dict]) -> list[dict]:
@@ -226,7 +241,15 @@ def experiment_comparison(request, pk: int):
             class_goodput=slice_view.class_goodput_rows(summary),
             telemetry=slice_view.telemetry_rows(summary),
             cross_vocabulary_arms=experiment_cross_vocabulary_arms(experiment=experiment),
-            noise_floor=[n for n in summary.get("noise_floor", []) if n.get("dimension") is None],
+            noise_floor=[
+                n
+                | {
+                    "floor_text": None if n.get("noise_floor") is None else floor_text(str(n.get("metric")), n["noise_floor"]),
+                    "rel_text": None if n.get("noise_floor_rel") is None else f"±{n['noise_floor_rel']:.1%}",
+                }
+                for n in summary.get("noise_floor", [])
+                if n.get("dimension") is None
+            ],
             stability=summary.get("baseline_stability") or {},
             endpoints=summary.get("endpoints") or {},
             primary=_primary_rows(summary),

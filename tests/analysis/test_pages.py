@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from console.analysis.models import RequestResult
@@ -74,6 +76,13 @@ def test_it_shows_the_noise_floor_in_each_cell_and_marks_exploratory_cells(viewe
     assert 'id="primary"' in html and "declared before the run" in html
     assert html.count('class="floor">floor ±') >= 4  # TTFT p95, TPOT p50 and p95, e2e p95
     assert "exploratory" in html
+    # the A/A table names each floor's unit: latencies in ms or s, shares of requests in
+    # percentage points, and the floor relative to the baseline's statistic in %
+    table = html[html.index('id="noise"') :]
+    table = table[: table.index("</section>")]
+    assert re.search(r'<td>e2e_s p95</td><td class="num">2</td><td class="num">±[0-9.]+ m?s</td>', table)
+    assert re.search(r'<td class="num">±[0-9.]+%</td>', table)
+    assert re.search(r'<td>success mean</td><td class="num">2</td><td class="num">±[0-9.]+ pp</td>', table)
     one = experiment_synthesize(n_requests=60, ks=(2,), loads="1x", repeats=1, seed=4)
     comparison_refresh(experiment_id=one.pk, n_boot=200)
     html = viewer_client.get(f"/analysis/experiments/{one.pk}/").content.decode()
