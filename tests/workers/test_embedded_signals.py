@@ -12,14 +12,20 @@ from workers.embedded import Interrupted, interrupt_signals
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_it_turns_a_stop_signal_into_interrupted_and_restores_the_handler(sig):
-    before = signal.getsignal(sig)
-    with pytest.raises(Interrupted) as caught:
-        with interrupt_signals():
-            os.kill(os.getpid(), sig)
-            for _ in range(100):  # the handler runs between bytecodes
-                pass
-    assert caught.value.signum == sig and caught.value.signame == sig.name
-    assert signal.getsignal(sig) == before
+    # A process a non-interactive shell started in the background inherits SIGINT ignored, and
+    # ignored signals stay ignored (below): the test starts from Python's own default handler.
+    original = signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+    try:
+        before = signal.getsignal(sig)
+        with pytest.raises(Interrupted) as caught:
+            with interrupt_signals():
+                os.kill(os.getpid(), sig)
+                for _ in range(100):  # the handler runs between bytecodes
+                    pass
+        assert caught.value.signum == sig and caught.value.signame == sig.name
+        assert signal.getsignal(sig) == before
+    finally:
+        signal.signal(sig, original)
 
 
 def test_it_leaves_an_ignored_signal_ignored():
