@@ -92,6 +92,9 @@ class Summary:
 
     def as_dict(self) -> dict[str, Any]:
         n = self.count or 1
+        span = self.arrival_max - self.arrival_min if self.count else 0.0
+        # arrivals a subnormal apart would give an infinite rate (not storable as JSON)
+        rate = self.count / span if self.count > 1 and span > 0 else math.nan
         return {
             "requests": self.count,
             "by_task": dict(self.tasks.most_common()),
@@ -104,12 +107,8 @@ class Summary:
             "prompt_tokens_max": self.prompt_tokens_max,
             "max_tokens_mean": round(self.max_tokens_sum / n, 1),
             "max_tokens_max": self.max_tokens_max,
-            "duration_s": round(self.arrival_max - self.arrival_min, 3) if self.count else 0.0,
-            "mean_rate_rps": (
-                round(self.count / (self.arrival_max - self.arrival_min), 4)
-                if self.count > 1 and self.arrival_max > self.arrival_min
-                else None
-            ),
+            "duration_s": round(span, 3),
+            "mean_rate_rps": round(rate, 4) if math.isfinite(rate) else None,
         }
 
 

@@ -238,3 +238,12 @@ def test_it_answers_an_out_of_range_seed_on_the_upload_form_with_a_form_error(en
     assert response.status_code == 400
     assert "less than or equal to 9223372036854775807" in response.content.decode()
     assert not Trace.objects.exists()
+
+
+def test_arrivals_a_subnormal_apart_store_no_infinite_rate(engineer):
+    # found by the fuzz test: 2 / 5e-324 overflows to inf, which a jsonb column refuses
+    content = _line(id="a", arrival_s=0.0) + _line(id="b", arrival_s=5e-324)
+    trace = _import(engineer, content).trace
+    assert trace.summary["duration_s"] == 0.0
+    assert trace.summary["mean_rate_rps"] is None
+    assert trace.requests.count() == 2
