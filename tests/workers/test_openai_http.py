@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 
@@ -498,6 +499,21 @@ def test_it_refuses_per_request_metrics_that_do_not_add_up(metrics, message):
     with pytest.raises(EngineError, match=message) as err:
         spec_request_metrics(metrics=metrics, where="the last SSE event from http://x/v1/completions")
     assert "the last SSE event from http://x/v1/completions" in str(err.value)
+
+
+def test_it_leaves_out_samples_that_are_not_finite():
+    page = (
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 4.0\n'
+        'vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} NaN\n'
+        'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} +Inf\n'
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 3.0\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} NaN\n'
+        "process_resident_memory_bytes -Inf\n"
+    )
+    counters = prometheus_spec_counters(text=page)  # no int(NaN) / int(inf) error
+    assert counters == {"spec_decode_num_drafts": 4, "spec_decode_num_accepted_tokens": 3}
+    assert "kv_cache_usage_perc" not in prometheus_kv_state(text=page)
+    json.dumps(counters, allow_nan=False)  # storable as JSON
 
 
 def test_it_reads_a_vllm_metrics_page_without_spec_counters_as_not_speculating():

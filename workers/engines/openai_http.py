@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import ssl
 import time
@@ -170,7 +171,9 @@ def _count(value: Any) -> TypeGuard[int]:
 
 
 def prometheus_samples(*, text: str) -> list[tuple[str, dict[str, str], float]]:
-    """Parse Prometheus text exposition into (name, labels, value) samples."""
+    """Parse Prometheus text exposition into (name, labels, value) samples. ``NaN`` and
+    ``+Inf``/``-Inf`` (legal in the format) are no measurement and are left out: they would
+    break the counts and cannot be stored as JSON."""
     samples = []
     for line in text.splitlines():
         line = line.strip()
@@ -183,6 +186,8 @@ def prometheus_samples(*, text: str) -> list[tuple[str, dict[str, str], float]]:
         try:
             value = float(raw_value)
         except ValueError:
+            continue
+        if not math.isfinite(value):
             continue
         labels = {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _LABEL.findall(raw_labels or "")}
         samples.append((name, labels, value))
