@@ -26,11 +26,13 @@ from django.views.decorators.http import require_safe
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
+from ninja.parser import Parser
 from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from console.errors import Conflict
+from console.jsonutil import strict_loads
 
 # Postgres keys are bigints; anything above cannot name a row (and would overflow the query).
 MAX_ID = 2**63 - 1
@@ -159,6 +161,18 @@ def access(*, capability: str | None = None, before_body: Callable | None = None
     }
 
 
+class StrictJSONParser(Parser):
+    """Request bodies as RFC 8259 has JSON (``console.jsonutil.strict_loads``). ninja answers a
+    body it cannot parse with a bare 400; the reason is kept on the request for ``_http_error``."""
+
+    def parse_body(self, request: HttpRequest) -> dict[str, Any]:
+        try:
+            return strict_loads(request.body)
+        except ValueError as exc:  # JSONDecodeError included
+            request.body_refused = str(exc)[:200]  # type: ignore[attr-defined]
+            raise
+
+
 api = NinjaAPI(
     title="specreview API",
     version="1",
@@ -167,6 +181,7 @@ api = NinjaAPI(
     openapi_url=None,  # served by openapi_json below, under the console's own URL name
     docs_url=None,  # Swagger UI loads from a CDN; the console works offline. Point any viewer at the JSON.
     auth=access()["auth"],
+    parser=StrictJSONParser(),
 )
 
 
@@ -242,7 +257,9 @@ def _conflict(request: HttpRequest, exc: Conflict) -> HttpResponse:
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    return error_response(request, exc.status_code, str(exc))
+    refused = getattr(request, "body_refused", None)
+    message = f"{exc}: {refused}" if refused and exc.status_code == 400 else str(exc)
+    return error_response(request, exc.status_code, message)
 
 
 @api.exception_handler(DataError)

@@ -38,3 +38,21 @@ def json_safe(value: Any) -> Any:
 def canonical_json(value: Any) -> str:
     """Sorted keys, no whitespace, NaN refused: the form that is hashed."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (RFC 8259): send a finite number, or null")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is beyond the range of a double")
+    return value
+
+
+def strict_loads(text: str | bytes) -> Any:
+    """``json.loads`` as RFC 8259 has JSON: ``NaN``, ``Infinity`` and numbers that overflow a
+    double (``1e999``) raise ValueError, where Python's parser would hand back non-finite floats
+    that no statistic, bound or jsonb column can use."""
+    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)

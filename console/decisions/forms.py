@@ -14,6 +14,7 @@ from console.decisions.limits import NOTE_MAX_CHARS, TEXT_MAX_CHARS
 from console.decisions.models import Decision
 from console.experiments.models import Arm, Experiment
 from console.exports import site_path_problem
+from console.jsonutil import strict_loads
 from console.policies.models import SlicePolicy
 from console.traces.models import TRAFFIC_CLASSES
 
@@ -203,8 +204,8 @@ class DecisionEditForm(forms.Form):
         if not text:
             return None
         try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
+            return strict_loads(text)
+        except ValueError as exc:  # JSONDecodeError, NaN, Infinity, 1e999
             raise forms.ValidationError(f"not valid JSON: {exc}") from None
 
     def changes(self) -> dict[str, Any]:

@@ -4,6 +4,7 @@ import json
 
 from django import forms
 
+from console.jsonutil import strict_loads
 from console.traces.models import TRAFFIC_CLASSES, Trace
 
 EXAMPLE_CANDIDATES = [
@@ -26,11 +27,13 @@ class JSONField(forms.CharField):
         if value in ("", None):
             return None
         try:
-            return json.loads(value)
+            return strict_loads(value)
         except json.JSONDecodeError as exc:
             raise forms.ValidationError(
                 f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
             ) from None
+        except ValueError as exc:  # NaN, Infinity, 1e999
+            raise forms.ValidationError(f"not valid JSON: {exc}") from None
 
     def prepare_value(self, value):
         if isinstance(value, dict | list):

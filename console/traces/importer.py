@@ -112,13 +112,15 @@ class Summary:
         }
 
 
-_ENCODER = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+# allow_nan=False: a non-finite number (1e999 parses to inf; Parquet holds NaN) raises ValueError,
+# reported on its line, where a jsonb column would refuse it at commit.
+_ENCODER = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 # ``_ENCODER.encode`` builds a new C encoder on every call (about half its cost on a small value):
 # this one is built once, with the same settings and no circular-reference bookkeeping (decoded
 # JSON cannot be circular). Anything it refuses goes to ``_ENCODER.encode`` for the exact error.
 _C_ENCODE = (
     json.encoder.c_make_encoder(  # type: ignore[attr-defined]
-        None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", True, False, True
+        None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
     )
     if json.encoder.c_make_encoder is not None  # type: ignore[attr-defined]
     else None
@@ -356,10 +358,18 @@ class TraceBuilder:
                 if type(seed) is float:
                     seed = int(seed)  # an integral float (5.0) passes the schema; the column is an integer
                 # JSON columns serialised once, canonically: for COPY and for the content hash
-                messages_text = None if messages is None else canonical(messages)
-                format_text = None if response_format is None else canonical(response_format)
-                tools_text = None if tools is None else canonical(tools)
-                metadata_text = canonical(metadata)
+                field = "messages"
+                try:
+                    messages_text = None if messages is None else canonical(messages)
+                    field = "response_format"
+                    format_text = None if response_format is None else canonical(response_format)
+                    field = "tools"
+                    tools_text = None if tools is None else canonical(tools)
+                    field = "metadata"
+                    metadata_text = canonical(metadata)
+                except ValueError:
+                    add_error(line, field, "holds a number that is not finite (such as 1e999, beyond a double): numbers must be finite")
+                    continue
                 # the hashed key: fields joined by \x1f, None as "" for text and repr() for numbers
                 key = (
                     f"{request_id}\x1f{arrival!r}\x1f{prompt or ''}\x1f{messages_text or ''}\x1f{format_text or ''}"

@@ -247,3 +247,16 @@ def test_arrivals_a_subnormal_apart_store_no_infinite_rate(engineer):
     assert trace.summary["duration_s"] == 0.0
     assert trace.summary["mean_rate_rps"] is None
     assert trace.requests.count() == 2
+
+
+@pytest.mark.parametrize("field", ["metadata", "tools", "response_format"])
+def test_a_free_form_field_holding_an_overflowing_number_is_refused_on_its_line(engineer, field):
+    # 1e999 is valid JSON text and parses to inf, which the jsonb columns refuse at commit
+    value = {"metadata": '{"x": [1, 1e999]}', "tools": '[{"type": "function", "function": {"name": "f", "parameters": {"maximum": 1e999}}}]', "response_format": '{"type": "json_schema", "json_schema": {"name": "s", "schema": {"maximum": -1e999}}}'}[field]
+    good = _line(id="a")
+    bad = ('{"id": "b", "arrival_s": 1, "prompt": "hi", "max_tokens": 8, "' + field + '": ' + value + "}\n").encode()
+    error = _refused(engineer, good + bad)
+    assert error.lines() == [
+        f"hostile.jsonl:2: {field}: holds a number that is not finite (such as 1e999, beyond a double): "
+        "numbers must be finite"
+    ]
