@@ -478,7 +478,10 @@ def _accept_experiment(*, name: str, output_limit: int, trace) -> Experiment:
         target_model=MODEL,
         candidates=[{"speculative_config": None, "label": "baseline A/A"}],
         load_levels="1x",
-        repeats=1,
+        # Two repeats: a bracket from one repeat ignores noise near the SLO (once, at the same 0.707x,
+        # one arm measured p95 e2e 5.16 s and its A/A twin 3.09 s, and their brackets did not meet);
+        # the interval is the envelope of the repeats' brackets.
+        repeats=2,
         warmup=0,
         sampling="greedy",
         output_limit=output_limit,
@@ -533,6 +536,12 @@ def test_acceptance_a_faster_config_has_a_higher_capacity_and_an_aa_pair_overlap
     slow_cap = capacities["slow: 16 tokens"]["baseline"]
     fast_cap = capacities["fast: 1 token"]["baseline"]
     # nothing passed = below the lowest step: 0 for the comparison
-    assert (fast_cap["rate_multiplier"] or 0) > (slow_cap["rate_multiplier"] or 0), (slow_cap, fast_cap)
-    assert fast_cap["interval"][0] is not None and slow_cap["interval"][1] is not None
-    assert fast_cap["interval"][0] >= slow_cap["interval"][1]
+    assert fast_cap["interval"][0] is not None, fast_cap
+    assert (fast_cap["rate_multiplier"] or 0) >= (slow_cap["rate_multiplier"] or 0), (slow_cap, fast_cap)
+    if slow_cap["interval"][1] is not None:
+        # the 16-token config failed somewhere: the 1-token one is plainly higher, beyond its bracket
+        assert (fast_cap["rate_multiplier"] or 0) > (slow_cap["rate_multiplier"] or 0), (slow_cap, fast_cap)
+        assert fast_cap["interval"][0] >= slow_cap["interval"][1], (slow_cap, fast_cap)
+    else:
+        # a machine that answers 16 tokens in under a second passes both everywhere: both at the top
+        assert fast_cap["interval"][1] is None, (slow_cap, fast_cap)
