@@ -14,6 +14,15 @@ import pandas as pd
 def json_safe(value: Any) -> Any:
     """NaN/inf (not valid JSON) to None, numpy scalars and arrays to Python values, tuples to
     lists, recursively; mapping keys to str. The one definition every app stores JSON columns with."""
+    kind = type(value)  # exact types first: the common case, without the ABC checks below
+    if kind is str or kind is int or value is None:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is dict:
+        return {k if type(k) is str else str(k): json_safe(v) for k, v in value.items()}
+    if kind is list:
+        return [json_safe(v) for v in value]
     if isinstance(value, Mapping):
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -366,7 +366,7 @@ def correctness_counts(flags: pd.DataFrame, *, baseline_arm: str) -> pd.DataFram
     rate between its own repeats."""
     from console.analysis.quality import quality_counts
 
-    frame = flags.copy()
+    frame = flags.copy(deep=False)  # columns are replaced whole: ``flags`` stays as it was
     # quality_counts reads CHECKS columns; present "correct" as the only applicable check.
     frame["json_valid"] = frame["correct"]
     for col in ("schema_valid", "tool_valid"):

@@ -146,7 +146,7 @@ def requests_derive(
     ``ttft_s``, ``ttft_from_send_s``, ``e2e_s``, ``tpot_s``, ``queue_s``, ``itl_chunk_mean_s``
     (mean gap between visible chunks) in seconds, NaN where undefined (see module docstring); ``n_chunks``; ``met_deadline`` (bool).
     """
-    out = requests.copy()
+    out = requests.copy(deep=False)  # columns are added or replaced whole: the input stays as it was
     failed = _failed_mask(requests)
     completed = ~failed
     sched = requests["scheduled_s"].to_numpy(dtype=float)
@@ -767,7 +767,7 @@ def server_acceptance(totals: Mapping) -> dict[str, object]:
 def session_columns(requests: pd.DataFrame) -> pd.DataFrame:
     """``requests`` with ``session_id`` (its own ``request_id`` where missing or empty) and ``turn``
     (0 where missing): frames from before sessions, and single-turn traces, are sessions of one."""
-    out = requests.copy()
+    out = requests.copy(deep=False)  # columns are added or replaced whole: the input stays as it was
     if "session_id" not in out:
         out["session_id"] = out["request_id"]
     else:

@@ -72,6 +72,20 @@ class RunSummary(models.Model):
     computed_at = models.DateTimeField(auto_now=True)
 
 
+class RunResultsPack(models.Model):
+    """A finished run's result rows packed into one value (``console.analysis.frame_pack``), so a
+    comparison loads the run in one read. Derived data: the rows stay the source of truth, and
+    a pack counts only while its run still holds ``n_rows`` rows whose highest id is
+    ``max_result_id`` (``selectors._packed_frames``)."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="results_pack")
+    version = models.PositiveIntegerField(help_text="selectors.RESULTS_PACK_VERSION it was packed with")
+    n_rows = models.PositiveIntegerField()
+    max_result_id = models.BigIntegerField(null=True)
+    data = models.BinaryField()
+    created_at = models.DateTimeField(auto_now=True)
+
+
 class ComparisonCache(models.Model):
     experiment = models.OneToOneField(Experiment, on_delete=models.CASCADE, related_name="comparison_cache")
     key = models.CharField(

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
-from django.db.models import BinaryField, ExpressionWrapper, F
+from django.db.models import BinaryField, ExpressionWrapper, F, QuerySet
+from django.db.models.sql.constants import MULTI
 
 from console.analysis.arrays import unpack_many
+from console.analysis.frame_pack import frames_concat
 from console.analysis.models import ComparisonCache, RequestResult, RunTelemetry
 from console.experiments.models import Experiment, Run
 from console.jsonutil import json_safe
+
+log = logging.getLogger(__name__)
 
 # RequestResult fields (or trace_request__ lookups) -> analysis contract column.
 RESULT_FIELDS = {
@@ -56,6 +61,8 @@ ARRAY_FIELDS = {
     "drafted": "int",
     "accepted": "int",
 }
+# Bump when the packed frame's columns or their meaning change: older packs are then ignored.
+RESULTS_PACK_VERSION = 1
 RUN_LEVEL = ("arm", "is_baseline", "load", "rate_multiplier", "repeat", "engine")
 REQUEST_COLUMNS = ["run_id", *RUN_LEVEL, *[c for c in RESULT_FIELDS.values() if c != "run_id"]]
 RUN_COLUMNS = [
@@ -84,12 +91,33 @@ def _results_frame(*, run_ids: list[int]) -> pd.DataFrame:
         .order_by("run_id", "scheduled_s", "pk")
         .values_list(*scalar, *raw)
     )
-    rows = list(records.iterator(chunk_size=5000))
     columns = [RESULT_FIELDS[f] for f in scalar]
-    frame = pd.DataFrame.from_records(rows, columns=[*columns, *ARRAY_FIELDS], nrows=len(rows))
+    frame = _values_frame(records, columns=[*columns, *ARRAY_FIELDS])
+    rows = len(frame)
     for name, kind in ARRAY_FIELDS.items():
         frame[RESULT_FIELDS[name]] = pd.Series(_arrays(frame[name].tolist(), kind=kind), dtype=object) if rows else []
     return frame[list(RESULT_FIELDS.values())]
+
+
+def _values_frame(queryset: QuerySet, *, columns: list[str]) -> pd.DataFrame:
+    """A ``values_list`` queryset's rows as a frame, fetched in one pass of the cursor. Django's
+    per-value converters (JSON decoding, SQLite's booleans) run column by column on the non-null
+    values only: the ORM's row-by-row conversion of every value cost more than the query."""
+    compiler = queryset.query.get_compiler(using=queryset.db)
+    rows = [row for chunk in compiler.execute_sql(MULTI) for row in chunk]
+    frame = pd.DataFrame.from_records(rows, columns=columns, nrows=len(rows))
+    if not rows:
+        return frame
+    fields = [s[0] for s in compiler.select[: compiler.col_count]]
+    for pos, (converters, expression) in compiler.get_converters(fields).items():
+        column = frame.iloc[:, pos].tolist()
+        for i, value in enumerate(column):
+            if value is not None:
+                for convert in converters:
+                    value = convert(value, expression, compiler.connection)
+                column[i] = value
+        frame[columns[pos]] = pd.Series(column, index=frame.index, dtype=object)
+    return frame
 
 
 def _arrays(blobs: list, *, kind: str) -> list[np.ndarray]:
@@ -104,6 +132,58 @@ def _arrays(blobs: list, *, kind: str) -> list[np.ndarray]:
     return [flat[start:end] for start, end in zip([0, *ends[:-1]], ends, strict=True)]
 
 
+def stored_results_frame(*, run_ids: list[int]) -> pd.DataFrame:
+    """The stored result rows of ``run_ids`` (ordered by run, schedule, id) with the per-request
+    columns of the analysis contract: failed requests' times NaN, no prompt length 0, an empty
+    error None, and a request outside any session its own session of one turn (turn 0)."""
+    frame = _results_frame(run_ids=run_ids)
+    for column in ("sent_s", "first_token_s", "finish_s"):
+        frame[column] = frame[column].astype(float)  # None -> NaN for failed requests
+    frame["prompt_tokens"] = frame["prompt_tokens"].fillna(0).astype(np.int64)
+    frame["error"] = frame["error"].where(frame["error"].astype(bool), None)
+    frame["output_text"] = frame["output_text"].fillna("")
+    frame["session_id"] = frame["session_id"].where(frame["session_id"].astype(bool), frame["request_id"])
+    frame["turn"] = frame["turn"].fillna(0).astype(np.int64)
+    return frame
+
+
+def _packed_frames(*, run_ids: list[int]) -> tuple[list[pd.DataFrame], list[int]]:
+    """The frames of the runs whose pack (``RunResultsPack``) is current, in run order, and the
+    runs without one. A pack counts only while its run holds exactly the rows it was made from:
+    the same number and the same highest id (rows are replaced as a whole, never edited)."""
+    from django.db.models import Count, Max
+
+    from console.analysis.frame_pack import FramePackError, frame_unpack
+    from console.analysis.models import RunResultsPack
+
+    if not run_ids:
+        return [], []
+    facts = {
+        row["run_id"]: (row["n"], row["top"])
+        for row in RequestResult.objects.filter(run_id__in=run_ids)
+        .values("run_id")
+        .annotate(n=Count("id"), top=Max("id"))
+        .order_by()
+    }
+    current = RunResultsPack.objects.filter(run_id__in=list(facts), version=RESULTS_PACK_VERSION)
+    blobs = {
+        run_id: data
+        for run_id, n_rows, top, data in current.values_list("run_id", "n_rows", "max_result_id", "data")
+        if facts.get(run_id) == (n_rows, top)
+    }
+    frames, missing = [], []
+    for run_id in run_ids:
+        if run_id not in blobs:
+            missing.append(run_id)
+            continue
+        try:
+            frames.append(frame_unpack(blobs[run_id]))
+        except FramePackError as exc:  # derived data: the rows are still there
+            log.warning("run %s: results pack unreadable (%s), reading its rows", run_id, exc)
+            missing.append(run_id)
+    return frames, missing
+
+
 def _nan(value) -> float:
     return float("nan") if value is None else float(value)
 
@@ -115,15 +195,12 @@ def results_frames(*, runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
     finish times and a non-empty ``error``.
     """
     run_by_id = {r.pk: r for r in runs}
-    frame = _results_frame(run_ids=list(run_by_id))
-    for column in ("sent_s", "first_token_s", "finish_s"):
-        frame[column] = frame[column].astype(float)  # None -> NaN for failed requests
-    frame["prompt_tokens"] = frame["prompt_tokens"].fillna(0).astype(int)
-    frame["error"] = frame["error"].where(frame["error"].astype(bool), None)
-    frame["output_text"] = frame["output_text"].fillna("")
-    # a request outside any session is a session of one turn: its own id, turn 0
-    frame["session_id"] = frame["session_id"].where(frame["session_id"].astype(bool), frame["request_id"])
-    frame["turn"] = frame["turn"].fillna(0).astype(int)
+    run_ids = sorted(run_by_id)
+    packed, missing = _packed_frames(run_ids=run_ids)
+    parts = [*packed, *([stored_results_frame(run_ids=missing)] if missing or not packed else [])]
+    frame = frames_concat(parts)
+    if packed and missing:  # rows of the unpacked runs came last: back into run order
+        frame = frame.sort_values("run_id", kind="stable", ignore_index=True)
     run_level = {
         "arm": {pk: r.arm.label for pk, r in run_by_id.items()},
         "engine": {pk: r.experiment.engine for pk, r in run_by_id.items()},
@@ -297,7 +374,6 @@ def comparison_compute_for(
         capacity_runs=capacity_runs,
         arm_order=[a.label for a in sorted(arms, key=lambda a: a.position)],
     )
-    summary["cdf"] = latency_cdf_points(requests, deadlines=experiment.deadlines)
     summary["arm_order"] = [a.label for a in sorted(arms, key=lambda a: a.position)]
     summary["load_order"] = [lv["label"] for lv in experiment.load_levels]
     # The workload mix the experiment declared (gate criterion 1); empty = none declared.
@@ -316,31 +392,6 @@ def grading_references(*, runs: list[Run]) -> dict[str, dict | None]:
     used = RequestResult.objects.filter(run_id__in=[r.pk for r in runs]).values("trace_request_id")
     rows = TraceRequest.objects.filter(pk__in=used).values_list("request_id", "metadata", "prompt")
     return {rid: reference_of(meta, prompt=prompt) for rid, meta, prompt in rows.iterator(chunk_size=2000)}
-
-
-CDF_POINTS = 101
-
-
-def latency_cdf_points(requests: pd.DataFrame, *, deadlines: dict) -> dict[str, list[dict]]:
-    """Quantiles (0..100 %) of TTFT, TPOT and e2e per arm x load, enough to draw CDFs without
-    keeping every request on the page. Seconds."""
-    from console.analysis.metrics import requests_derive
-
-    if requests.empty:
-        return {}
-    derived = requests_derive(requests, deadlines=deadlines)
-    qs = np.linspace(0, 1, CDF_POINTS)
-    out: dict[str, list[dict]] = {}
-    for metric in ("ttft_s", "tpot_s", "e2e_s"):
-        series = []
-        for (arm, load), group in derived.groupby(["arm", "load"], sort=False):
-            values = group[metric].dropna().to_numpy(dtype=float)
-            if values.size:
-                series.append(
-                    {"arm": arm, "load": load, "x": np.quantile(values, qs).tolist(), "y": qs.tolist()}
-                )
-        out[metric] = series
-    return out
 
 
 def experiment_sweeps(*, arms) -> dict[str, dict[str, int]]:

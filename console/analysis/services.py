@@ -116,3 +116,43 @@ def fit_runs_summarise(*, experiment: Experiment) -> int:
     for pk in missing:
         fit_run_summarise(run_id=pk)
     return len(missing)
+
+
+def results_pack_store(*, run_id: int) -> int:
+    """Pack a finished run's result rows into one value (``RunResultsPack``), so comparisons
+    load the run in one read. Returns the number of rows packed."""
+    from console.analysis.frame_pack import frame_pack
+    from console.analysis.models import RunResultsPack
+    from console.analysis.selectors import (
+        ARRAY_FIELDS,
+        RESULT_FIELDS,
+        RESULTS_PACK_VERSION,
+        stored_results_frame,
+    )
+
+    frame = stored_results_frame(run_ids=[run_id])
+    top = int(frame["result_id"].max()) if len(frame) else None
+    blob = frame_pack(frame, arrays={RESULT_FIELDS[f]: kind for f, kind in ARRAY_FIELDS.items()})
+    RunResultsPack.objects.update_or_create(
+        run_id=run_id,
+        defaults={"version": RESULTS_PACK_VERSION, "n_rows": len(frame), "max_result_id": top, "data": blob},
+    )
+    return len(frame)
+
+
+def results_packs_store(*, experiment: Experiment) -> int:
+    """Pack every finished run of ``experiment`` that has no pack of the current version (the
+    worker packs each run as it ends; this catches runs stored before packs existed)."""
+    from console.analysis.models import RunResultsPack
+    from console.analysis.selectors import RESULTS_PACK_VERSION
+
+    done = experiment.runs.filter(status="done").values_list("pk", flat=True)
+    current = set(
+        RunResultsPack.objects.filter(run_id__in=list(done), version=RESULTS_PACK_VERSION).values_list(
+            "run_id", flat=True
+        )
+    )
+    missing = [pk for pk in done if pk not in current]
+    for pk in missing:
+        results_pack_store(run_id=pk)
+    return len(missing)

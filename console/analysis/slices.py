@@ -77,7 +77,7 @@ def slices_assign(requests: pd.DataFrame, *, baseline_arm: str | None = None) ->
     median ``num_output_tokens`` for the request (see module docstring). ``baseline_arm``
     defaults to the arm whose rows have ``is_baseline`` true.
     """
-    out = requests.copy()
+    out = requests.copy(deep=False)  # columns are added whole: the input stays as it was
     out["prompt_bucket"] = bucket_assign(out["prompt_tokens"].to_numpy(), edges=PROMPT_LENGTH_EDGES)
     if baseline_arm is None and "is_baseline" in out and out["is_baseline"].any():
         baseline_arm = str(out.loc[out["is_baseline"].astype(bool), "arm"].iloc[0])

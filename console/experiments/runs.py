@@ -243,9 +243,21 @@ def run_finish(
             progress_done=len(rows),
             error="; ".join(m for m in (error, note) if m)[:ERROR_MAX],
         )
+    _results_pack(run_id)
     _fit_summarise(run_id)
     _experiment_refresh_for(run_id)
     return True
+
+
+def _results_pack(run_id: int) -> None:
+    """Pack the run's rows into one value now, so the comparison that follows the last run
+    loads each run in one read instead of one row per request."""
+    from console.analysis.services import results_pack_store
+
+    try:
+        results_pack_store(run_id=run_id)
+    except Exception:  # derived data: the comparison reads the rows of a run without a pack
+        log.exception("run %s: could not pack its results", run_id)
 
 
 def _fit_summarise(run_id: int) -> None:
@@ -295,8 +307,9 @@ def run_cancel(*, run_id: int, token: str) -> bool:
 
 
 def _results_clear(run_id: int) -> None:
-    from console.analysis.models import RequestResult, RunSummary, RunTelemetry
+    from console.analysis.models import RequestResult, RunResultsPack, RunSummary, RunTelemetry
 
+    RunResultsPack.objects.filter(run_id=run_id).delete()
     RequestResult.objects.filter(run_id=run_id).delete()
     RunTelemetry.objects.filter(run_id=run_id).delete()
     RunSummary.objects.filter(run_id=run_id).delete()

@@ -107,6 +107,70 @@ def roundtrip_check() -> dict:
     return {"vendor": connection.vendor, "rows": len(requests), "refused": refused}
 
 
+def _frames_identical(got, want) -> None:
+    """Two request frames hold the same columns, dtypes and values (floats by bit pattern)."""
+    import numpy as np
+
+    assert list(got.columns) == list(want.columns), (list(got.columns), list(want.columns))
+    assert got.dtypes.equals(want.dtypes), (got.dtypes, want.dtypes)
+    assert len(got) == len(want), (len(got), len(want))
+    for name in want.columns:
+        for a, b in zip(got[name].tolist(), want[name].tolist(), strict=True):
+            if isinstance(b, np.ndarray):
+                assert isinstance(a, np.ndarray) and a.dtype == b.dtype and not a.flags.writeable, name
+                assert a.tobytes() == b.tobytes(), (name, a[:8], b[:8])
+            elif isinstance(b, float):
+                assert isinstance(a, float) and _bits([a]) == _bits([b]), (name, a, b)
+            else:
+                assert type(a) is type(b) and a == b, (name, a, b)
+
+
+def pack_check() -> dict:
+    """Each run's rows packed into one value (``RunResultsPack``) load exactly as the rows do:
+    every run packed, some packed, a stale pack (its run's rows replaced) and a corrupt one
+    (both ignored: the rows are read instead)."""
+    from django.db import connection
+
+    from console.analysis.models import RequestResult, RunResultsPack
+    from console.analysis.selectors import experiment_finished_runs, results_frames
+    from console.analysis.services import results_pack_store, results_packs_store
+
+    experiment = _experiment()
+    rows = list(RequestResult.objects.order_by("pk"))
+    RequestResult.objects.filter(pk=rows[0].pk).update(
+        chunk_times=FLOATS, chunk_tokens=INTS, output_token_ids=INTS[::-1], output_text="é\u2028\"x\"", error="e"
+    )
+    RequestResult.objects.filter(pk=rows[1].pk).update(
+        spec_totals={"drafted": 3, "accepted": [1, None]}, json_valid=True, schema_valid=False
+    )
+    runs = experiment_finished_runs(experiment=experiment)
+    want, _ = results_frames(runs=runs)
+    assert not RunResultsPack.objects.exists()
+    assert results_packs_store(experiment=experiment) == len(runs) >= 2
+    assert results_packs_store(experiment=experiment) == 0  # all current
+    got, _ = results_frames(runs=runs)
+    _frames_identical(got, want)
+    # some runs packed, the others read row by row: the same frame, in run order
+    RunResultsPack.objects.filter(run_id=runs[0].pk).delete()
+    got, _ = results_frames(runs=runs)
+    _frames_identical(got, want)
+    # a run whose rows were replaced after packing: its old pack no longer counts
+    results_pack_store(run_id=runs[0].pk)
+    victim = RequestResult.objects.filter(run_id=runs[0].pk).order_by("pk").first()
+    victim.delete()
+    victim.pk = None
+    victim.output_text = "stored again"
+    victim.save()  # the same number of rows, a new highest id
+    fresh, _ = results_frames(runs=runs)
+    assert "stored again" in fresh["output_text"].tolist()
+    assert len(fresh) == len(want) and fresh["result_id"].max() == victim.pk
+    # a corrupt pack is read past
+    RunResultsPack.objects.filter(run_id=runs[1].pk).update(data=b"junk")
+    got, _ = results_frames(runs=runs)
+    _frames_identical(got, fresh)
+    return {"vendor": connection.vendor, "rows": len(want)}
+
+
 def migration_check() -> dict:
     """Migrate the analysis app back to its JSON columns (the reverse converts the packed
     arrays into them), write old-style JSON rows (a ``null`` where the store wrote a non-finite
@@ -174,6 +238,8 @@ def main() -> None:
     out = {"roundtrip": roundtrip_check()}
     call_command("flush", verbosity=0, interactive=False)
     out["migration"] = migration_check()
+    call_command("flush", verbosity=0, interactive=False)
+    out["pack"] = pack_check()
     print(json.dumps(out))
 
 

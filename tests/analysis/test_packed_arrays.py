@@ -54,7 +54,13 @@ def test_it_converts_old_json_rows_and_back_on_postgres():
     assert out["vendor"] == "postgresql" and out["rows"] == 8
 
 
-def test_it_round_trips_and_migrates_on_sqlite(tmp_path):
+@pytest.mark.django_db
+def test_a_runs_packed_rows_load_exactly_as_its_rows_on_postgres():
+    out = packed_checks.pack_check()
+    assert out["vendor"] == "postgresql" and out["rows"] == 8
+
+
+def test_it_round_trips_migrates_and_packs_on_sqlite(tmp_path):
     env = dict(
         os.environ, DATABASE_URL=f"sqlite:///{tmp_path / 'packed.sqlite3'}", SPECREVIEW_VAR_DIR=str(tmp_path)
     )
@@ -69,4 +75,5 @@ def test_it_round_trips_and_migrates_on_sqlite(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["roundtrip"]["vendor"] == out["migration"]["vendor"] == "sqlite"
-    assert out["roundtrip"]["rows"] == out["migration"]["rows"] == 8
+    assert out["roundtrip"]["rows"] == out["migration"]["rows"] == out["pack"]["rows"] == 8
+    assert out["pack"]["vendor"] == "sqlite"

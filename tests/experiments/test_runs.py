@@ -249,3 +249,32 @@ def test_it_schedules_the_reaper_on_beat_in_its_own_queue():
     assert schedule["schedule"] == settings.SPECREVIEW_REAP_EVERY_S
     assert app.conf.task_routes["workers.runs_reap"]["queue"] == "housekeeping"
     assert "workers.runs_reap" in app.tasks
+
+
+@pytest.mark.django_db
+def test_it_packs_a_finished_runs_rows_and_drops_the_pack_with_them():
+    from console.analysis.models import RunResultsPack
+    from console.analysis.selectors import results_frames
+
+    experiment = _started()
+    run = experiment.runs.order_by("order").first()
+    token = run_claim(run_id=run.pk, worker="w1")
+    rows = _rows(run, 2, output_text="hé", chunk_times=[0.25, 0.5], chunk_tokens=[1, 2], num_output_tokens=3)
+    assert run_finish(run_id=run.pk, token=token, rows=rows, telemetry=_telemetry(), wall_s=1.0)
+    pack = RunResultsPack.objects.get(run=run)
+    ids = sorted(RequestResult.objects.filter(run=run).values_list("pk", flat=True))
+    assert (pack.n_rows, pack.max_result_id) == (2, ids[-1])
+    requests, _ = results_frames(runs=[Run.objects.get(pk=run.pk)])
+    assert requests["result_id"].tolist() == ids and requests["output_text"].tolist() == ["hé", "hé"]
+    assert [c.tolist() for c in requests["chunk_times"]] == [[0.25, 0.5], [0.25, 0.5]]
+    # run again (a rerun): the new rows replace the old ones, and so does the pack
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.QUEUED, attempt_token="")
+    token = run_claim(run_id=run.pk, worker="w2")
+    assert run_finish(run_id=run.pk, token=token, rows=_rows(run, 1), telemetry=_telemetry(), wall_s=1.0)
+    pack = RunResultsPack.objects.get(run=run)
+    assert (pack.n_rows, pack.max_result_id) == (1, RequestResult.objects.get(run=run).pk)
+    # a failed attempt deletes the rows, and the pack with them
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.QUEUED, attempt_token="")
+    token = run_claim(run_id=run.pk, worker="w3")
+    assert run_fail(run_id=run.pk, token=token, message="boom")
+    assert not RunResultsPack.objects.filter(run=run).exists()

@@ -49,7 +49,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import t as t_dist
 
-BLOCK_ELEMENTS = 4_000_000  # counts per block of replicates (memory bound: 4 bytes each)
+BLOCK_ELEMENTS = 10_000_000  # counts per block of replicates (memory: 4 bytes each)
+SUB_BLOCK_ELEMENTS = 500_000  # counts drawn at once within a block
 WINDOW_SDS = 4.0  # half-width of the order-statistic window, in binomial standard deviations
 DEFAULT_N_BOOT = 5000  # Monte Carlo error of a 95% bound ~1% of the interval's width
 MIN_TAIL_REQUESTS = 2  # requests beyond a percentile for it to be reported
@@ -99,18 +100,35 @@ def _count_blocks(cluster_codes: np.ndarray, n_clusters: int, *, n_boot: int, se
     rng = np.random.default_rng(seed)
     n_rows = int(cluster_codes.size)
     block = max(1, min(n_boot, BLOCK_ELEMENTS // max(n_rows, n_clusters, 1)))
+    # one row per request, in order (one repeat): the per-request counts are the row counts
+    identity = n_rows == n_clusters and bool((cluster_codes == np.arange(n_rows)).all())
     done = 0
     while done < n_boot:
         b = min(block, n_boot - done)
-        dtype = np.int32 if b * n_clusters < 2**31 else np.int64
-        draws = rng.integers(0, n_clusters, size=(b, n_clusters), dtype=dtype)
-        np.multiply(draws, b, out=draws)
-        np.add(draws, np.arange(b, dtype=dtype)[:, None], out=draws)
-        # clusters x replicates; float32 holds counts and sums of counts below 2**24 exactly
-        per_cluster = np.bincount(draws.ravel(), minlength=b * n_clusters).reshape(n_clusters, b)
-        counts_t = per_cluster.astype(np.float32)[cluster_codes]
-        yield counts_t.T
+        counts = np.empty((b, n_rows), dtype=np.float32, order="F")
+        # Drawn a few replicates at a time: the buffers stay small enough for malloc to reuse
+        # them, where one block-sized buffer meant fresh pages (and page faults) every time.
+        step = max(1, SUB_BLOCK_ELEMENTS // max(n_clusters, 1))
+        for r0 in range(0, b, step):
+            m = min(step, b - r0)
+            dtype = np.int32 if m * n_clusters < 2**31 else np.int64
+            draws = rng.integers(0, n_clusters, size=(m, n_clusters), dtype=dtype)
+            # replicate r's draws count into its own row (offset r * n_clusters)
+            np.add(draws, (np.arange(m, dtype=dtype) * n_clusters)[:, None], out=draws)
+            per_cluster = np.bincount(draws.ravel(), minlength=m * n_clusters).reshape(m, n_clusters)
+            # float32 holds counts and sums of counts below 2**24 exactly
+            counts[r0 : r0 + m] = per_cluster if identity else per_cluster[:, cluster_codes]
+        yield counts
         done += b
+
+
+def _sums(counts: np.ndarray, sum_matrix: np.ndarray) -> np.ndarray:
+    """``counts @ sum_matrix`` in float64, a few replicates at a time (small buffers)."""
+    out = np.empty((counts.shape[0], sum_matrix.shape[1]))
+    step = max(1, SUB_BLOCK_ELEMENTS // max(counts.shape[1], 1))
+    for r0 in range(0, counts.shape[0], step):
+        out[r0 : r0 + step] = counts[r0 : r0 + step].astype(np.float64) @ sum_matrix
+    return out
 
 
 class _Quantile:
@@ -191,6 +209,19 @@ def bootstrap_distributions(
         return {}
     n = np.asarray(columns[keys[0]]).size
     codes, n_clusters, cluster_size = _cluster_codes(clusters, n)
+    requested = {(k, s): None for k in keys for s in stats.get(k, ())}
+    # Identical columns (a baseline paired with each candidate over the same requests) are
+    # evaluated once: every key maps to the first key with the same values.
+    canonical: dict[Hashable, Hashable] = {}
+    first_of: dict[bytes, Hashable] = {}
+    work: dict[Hashable, list[str]] = {}
+    for k in keys:
+        column = np.asarray(columns[k], dtype=float)
+        c = canonical[k] = first_of.setdefault(column.tobytes(), k)
+        for stat in stats.get(k, ()):
+            if stat not in work.setdefault(c, []):
+                work[c].append(stat)
+    stats, keys = work, list(work)
     values = {k: np.asarray(columns[k], dtype=float) for k in keys}
     valid = {k: np.isfinite(v) for k, v in values.items()}
     # One matrix product gives, per replicate: valid count, sum, and counts below each window.
@@ -224,10 +255,10 @@ def bootstrap_distributions(
     sum_matrix = np.column_stack(sum_cols) if sum_cols else None
     parts: dict[tuple[Hashable, str], list[np.ndarray]] = {(k, s): [] for k in keys for s in stats.get(k, ())}
     if n_clusters == 0:
-        return {key: np.full(n_boot, np.nan) for key in parts}
+        return {key: np.full(n_boot, np.nan) for key in requested}
     for counts in _count_blocks(codes, n_clusters, n_boot=n_boot, seed=seed):
         prod = (counts @ count_matrix).astype(np.float64)
-        sums = counts.astype(np.float64) @ sum_matrix if sum_matrix is not None else None
+        sums = _sums(counts, sum_matrix) if sum_matrix is not None else None
         for k in keys:
             nb = prod[:, pos[(k, "_n")]]
             for stat in stats.get(k, ()):
@@ -238,7 +269,8 @@ def bootstrap_distributions(
                 else:
                     below = prod[:, pos[(k, stat)]]
                     parts[(k, stat)].append(quantiles[(k, stat)].evaluate(counts, nb, below))
-    return {key: np.concatenate(chunks) for key, chunks in parts.items()}
+    result = {key: np.concatenate(chunks) for key, chunks in parts.items()}
+    return {(k, s): result[(canonical[k], s)] for k, s in requested}
 
 
 # ---------------------------------------------------------------- intervals and p-values

@@ -100,6 +100,31 @@ def _cost_columns(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
+CDF_POINTS = 101
+
+
+def latency_cdf(derived: pd.DataFrame, *, groups: list[tuple[Any, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Quantiles (0..100 %) of TTFT, TPOT and e2e per arm x load, enough to draw CDFs without
+    keeping every request on the page: ``{metric: [{arm, load, x, y}]}``, seconds, the series in
+    the order of ``groups`` ((arm, load) pairs)."""
+    if derived.empty:
+        return {}
+    qs = np.linspace(0, 1, CDF_POINTS)
+    by_group = {key: frame for key, frame in derived.groupby(["arm", "load"], sort=False)}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for metric in ("ttft_s", "tpot_s", "e2e_s"):
+        series = []
+        for arm, load in groups:
+            group = by_group.get((arm, load))
+            values = group[metric].dropna().to_numpy(dtype=float) if group is not None else np.empty(0)
+            if values.size:
+                series.append(
+                    {"arm": arm, "load": load, "x": np.quantile(values, qs).tolist(), "y": qs.tolist()}
+                )
+        out[metric] = series
+    return out
+
+
 SLICE_CDF_QUANTILES = np.linspace(0, 1, 41)
 SLICE_CDF_METRICS: tuple[str, ...] = ("ttft_s", "e2e_s")
 
@@ -287,6 +312,9 @@ def comparison_compute(
     derived, gaps, steps, request_steps = derive(
         requests, base_arm=base_arm, deadlines=deadlines, references=references
     )
+    # CDF series in the order the arm x load groups first appear in the input
+    first_seen = requests[["arm", "load"]].drop_duplicates()
+    cdf = latency_cdf(derived, groups=list(zip(first_seen["arm"], first_seen["load"], strict=True)))
     # The list and text columns are flattened or checked now; dropping them keeps the many
     # frame copies below cheap (quality counts need the outputs first).
     quality_count_frame = quality_counts(derived, baseline_arm=base_arm)
@@ -457,6 +485,7 @@ def comparison_compute(
         "slices": slice_records,
         "slice_dimensions": list(dims),
         "slice_cdf": json_safe(slice_cdf(derived, dims=dims)),
+        "cdf": cdf,
         "acceptance": acceptance,
         "speculation": speculation,
         "kv": json_safe(kv_rows(runs, base_arm=base_arm)),

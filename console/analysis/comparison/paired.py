@@ -59,6 +59,11 @@ def verdict(
     return "better" if improved else "worse"
 
 
+def _distinct(codes: np.ndarray, mask: np.ndarray) -> int:
+    """How many distinct codes (requests) the rows of ``mask`` hold."""
+    return int(np.count_nonzero(np.bincount(codes[mask], minlength=codes.size)))
+
+
 def _align(frame: pd.DataFrame, universe: pd.MultiIndex, columns: Sequence[str]) -> pd.DataFrame:
     slim = frame[["request_id", "repeat", *columns]]
     dedup = slim.drop_duplicates(["request_id", "repeat"]).set_index(["request_id", "repeat"])
@@ -150,7 +155,7 @@ def paired_stage(
                     b = base_al[col].to_numpy(dtype=float)
                     c = cand_al[col].to_numpy(dtype=float)
                     both = np.isfinite(b) & np.isfinite(c) & mask
-                    n_req = int(np.unique(cluster_codes[both]).size)
+                    n_req = _distinct(cluster_codes, both)
                     columns[(arm, m, "base", gdim, value)] = np.where(both, b, np.nan)
                     columns[(arm, m, "cand", gdim, value)] = np.where(both, c, np.nan)
                     # A statistic too few requests support reads "not measured" without replicates:
@@ -233,8 +238,8 @@ def paired_stage(
             for (k0, a0), (k1, a1) in itertools.pairwise(points):
                 c0, c1 = columns[("knee", a0, kdim, kvalue)], columns[("knee", a1, kdim, kvalue)]
                 n_req = min(
-                    int(np.unique(cluster_codes[np.isfinite(c0)]).size),
-                    int(np.unique(cluster_codes[np.isfinite(c1)]).size),
+                    _distinct(cluster_codes, np.isfinite(c0)),
+                    _distinct(cluster_codes, np.isfinite(c1)),
                 )
                 # gain = TPOT at the smaller k minus at the larger k (positive = faster)
                 res = paired_delta(

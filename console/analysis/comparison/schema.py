@@ -186,8 +186,8 @@ class Summary(TypedDict, total=False):
     baseline_stability: BaselineStability
     knees: list[KneeRow]
     notes: list[str]
+    cdf: dict[str, list[dict[str, Any]]]  # compute.latency_cdf
     # added by the selector that stores it (console.analysis.selectors)
-    cdf: dict[str, list[dict[str, Any]]]
     arm_order: list[str]
     load_order: list[str]
     load_weights: dict[str, float]  # the workload weights declared on the load levels; {} = none
