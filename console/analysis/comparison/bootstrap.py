@@ -131,16 +131,22 @@ def _sums(counts: np.ndarray, sum_matrix: np.ndarray) -> np.ndarray:
     return out
 
 
+def _finite_order(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Positions of the valid values, ordered by value (stable)."""
+    idx = np.flatnonzero(valid)
+    return idx[np.argsort(values[idx], kind="stable")]
+
+
 class _Quantile:
     """Evaluates one percentile of one column on count matrices, via a window of order stats."""
 
-    def __init__(self, values: np.ndarray, valid: np.ndarray, q: float, *, cluster_size: int):
-        idx = np.flatnonzero(valid)
-        order = np.argsort(values[idx], kind="stable")
-        self.sorted_idx = idx[order]
+    def __init__(self, values: np.ndarray, sorted_idx: np.ndarray, q: float, *, cluster_size: int):
+        """``sorted_idx``: the positions of the finite ``values``, in increasing order of value
+        (:func:`_finite_order`; shared by every percentile of a column)."""
+        self.sorted_idx = sorted_idx
         self.sorted_values = values[self.sorted_idx]
         self.q = q
-        m = idx.size
+        m = sorted_idx.size
         # Clustered counts vary up to cluster_size times more than multinomial ones.
         var = max(m, 1) * max(q * (1 - q), 0.01) * max(cluster_size, 1)
         margin = WINDOW_SDS * np.sqrt(var) + 5
@@ -242,6 +248,7 @@ def bootstrap_distributions(
     pos: dict[tuple[Hashable, str], int] = {}
     quantiles: dict[tuple[Hashable, str], _Quantile] = {}
     for k in keys:
+        order = None
         pos[(k, "_n")] = add(valid[k].astype(np.float32))
         if "mean" in stats.get(k, ()):
             pos[(k, "_sum")] = len(sum_cols)
@@ -249,7 +256,8 @@ def bootstrap_distributions(
         for stat in stats.get(k, ()):
             q = stat_q(stat)
             if q is not None:
-                quantiles[(k, stat)] = _Quantile(values[k], valid[k], q, cluster_size=cluster_size)
+                order = _finite_order(values[k], valid[k]) if order is None else order
+                quantiles[(k, stat)] = _Quantile(values[k], order, q, cluster_size=cluster_size)
                 pos[(k, stat)] = add(quantiles[(k, stat)].below.astype(np.float32))
     count_matrix = np.column_stack(count_cols)
     sum_matrix = np.column_stack(sum_cols) if sum_cols else None
