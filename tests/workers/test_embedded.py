@@ -82,7 +82,17 @@ def _run_experiment_with_worker(*, server, trace, tmp_path, name: str) -> subpro
         env=env,
         stdout=(tmp_path / f"{name}.out").open("w"),
         stderr=subprocess.STDOUT,
+        preexec_fn=_default_stop_signals,
     )
+
+
+def _default_stop_signals() -> None:
+    """The command starts with the stop signals' default dispositions, as from a terminal: a test
+    run under ``nohup`` (SIGHUP ignored) or started in the background by a non-interactive shell
+    (SIGINT ignored) would hand its ignored signals down, and the command rightly keeps an
+    ignored signal ignored."""
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def test_it_serves_its_own_experiment_and_leaves_other_queued_runs_alone(server, clean_broker, tmp_path):
