@@ -77,11 +77,6 @@ def frame_pack(frame: pd.DataFrame, *, arrays: Mapping[str, str]) -> bytes:
     return b"".join([MAGIC, _HEADER_LEN.pack(len(header)), header, *chunks])
 
 
-def frame_pack_rows(blob: bytes | memoryview) -> int:
-    """The number of rows a pack holds (reads the header only)."""
-    return int(_header(blob)[0]["n_rows"])
-
-
 def _header(blob: bytes | memoryview) -> tuple[dict, memoryview]:
     view = memoryview(blob)
     start = len(MAGIC) + _HEADER_LEN.size

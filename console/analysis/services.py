@@ -141,8 +141,9 @@ def results_pack_store(*, run_id: int) -> int:
 
 
 def results_packs_store(*, experiment: Experiment) -> int:
-    """Pack every finished run of ``experiment`` that has no pack of the current version (the
-    worker packs each run as it ends; this catches runs stored before packs existed)."""
+    """Pack every finished run of ``experiment`` that has no pack of the current version, as the
+    worker does for each run as it ends (``runs.run_finish``): for experiments whose rows were
+    stored some other way (the bench's synthetic experiment, tests). Returns the runs packed."""
     from console.analysis.models import RunResultsPack
     from console.analysis.selectors import RESULTS_PACK_VERSION
 

@@ -15,7 +15,6 @@ from console.analysis.frame_pack import (
     MAGIC,
     FramePackError,
     frame_pack,
-    frame_pack_rows,
     frame_unpack,
     frames_concat,
 )
@@ -56,7 +55,7 @@ def _same(got: pd.DataFrame, want: pd.DataFrame) -> None:
 def test_it_round_trips_every_kind_of_column_exactly():
     frame = _frame()
     blob = frame_pack(frame, arrays=ARRAYS)
-    assert blob.startswith(MAGIC) and frame_pack_rows(blob) == 3
+    assert blob.startswith(MAGIC) and len(frame_unpack(blob)) == 3
     _same(frame_unpack(blob), frame)
     _same(frame_unpack(memoryview(blob)), frame)
 
