@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from console.analysis.comparison.aggregates import run_spread
 from console.analysis.comparison.bootstrap import (
     _count_blocks,
     bootstrap_distributions,
@@ -21,7 +22,6 @@ from console.analysis.comparison.bootstrap import (
     point_stat,
     reportable,
 )
-from console.analysis.comparison.compute import run_spread
 from console.analysis.comparison.knee import knee_find
 from console.analysis.comparison.noise import baseline_stability, floor_points, noise_floors
 from console.analysis.comparison.paired import verdict

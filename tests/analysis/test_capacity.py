@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from console.analysis.comparison.capacity import (
+from console.analysis.comparison.capacity_stage import (
     arm_capacity,
     capacity_ratio,
     capacity_stage,

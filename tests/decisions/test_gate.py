@@ -572,7 +572,7 @@ def test_it_answers_the_checklists_memory_question_from_kv_figures_on_vllm():
 
 def _with_capacity(summary, *, cand=(3.0, 2.8, 3.4), base=(1.0, 0.9, 1.2), repeats=2):
     """A comparison whose capacity search ran: (point, interval low, interval high) per arm."""
-    from console.analysis.comparison.capacity import capacity_ratio
+    from console.analysis.comparison.capacity_stage import capacity_ratio
 
     s = copy.deepcopy(summary)
     rows = {}

@@ -1,0 +1,298 @@
+"""Capacity at the SLO: the highest arrival-rate multiplier at which an arm's promised traffic
+still meets its service-level objective, found by bisection over ordinary runs (a capacity
+search, ``console.experiments.capacity``), and what it costs per successful task there.
+
+Pure numpy/pandas; no Django. Rates are multipliers of the trace's own arrival rate (1.0 = as
+recorded); times are seconds; money is USD; fractions are 0..1.
+
+The SLO
+-------
+``{"traffic_class": "interactive" | "batch" | "all", "attainment": 0.99, "p95_tpot_s": 0.2,
+"p95_e2e_s": 10}``: every bound given must hold over the run's requests of that class.
+Attainment is the share of those requests that completed within their class deadlines
+(``metrics.requests_derive``: ``met_deadline``). The p95s are nearest-rank over every request of
+the class, a failed request counting as infinitely slow (so failures cannot make a p95 look
+better); requests with fewer than two output tokens have no TPOT and are left out of it.
+
+The search (per arm and repeat)
+-------------------------------
+Bisection in log-space inside the bracket ``[lo, hi]``: the first step runs at sqrt(lo x hi);
+each next step at the geometric midpoint of the highest passing multiplier below the lowest
+failing one (``lo`` while none passed) and the lowest failing one (``hi`` while none failed).
+It stops after ``steps`` runs, or once the bracket is narrower than :data:`MIN_RATIO`. The
+bracket ends are never run themselves: with no passing step the capacity is "below" the lowest
+failing multiplier, with no failing step "at least" the highest passing one (censored).
+
+The interval across repeats
+---------------------------
+Each repeat's search ends with a bracket [highest pass, lowest fail]: its true threshold lies
+inside it if pass/fail is monotone in the rate. The arm's interval is the **envelope** of its
+repeats' brackets: [min over repeats of the highest pass, max over repeats of the lowest fail].
+It holds both the search's resolution and the run-to-run spread; it is not a confidence interval
+(with 2-3 repeats no distributional claim would be honest). With one repeat it is that search's
+bracket alone, and says so. The point capacity is the geometric mean of the repeats' highest
+passing multipliers. The ratio candidate / baseline has the interval
+[candidate low / baseline high, candidate high / baseline low]: a lower end of 1 or more means the
+candidate passed, in every repeat, at a rate at which the baseline failed in some repeat.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+DEFAULT_LO = 0.25
+DEFAULT_HI = 16.0
+DEFAULT_STEPS = 5
+MAX_STEPS = 8
+MIN_MULTIPLIER = 1e-3
+MAX_MULTIPLIER = 1e3
+MIN_RATIO = 1.05  # a bracket narrower than 5 % is below what a replay of a few requests can tell
+SLO_BOUNDS = ("attainment", "p95_tpot_s", "p95_e2e_s")
+INTERVAL_METHOD = (
+    "envelope of the repeats' search brackets: [lowest highest-passing, highest lowest-failing] "
+    "multiplier; holds the search resolution and the run-to-run spread; not a confidence interval"
+)
+
+
+def nearest_rank(values: np.ndarray, q: float) -> float:
+    """The ``q`` quantile (0..1) by nearest rank; inf-safe (a failed request is +inf). NaN if empty."""
+    if values.size == 0:
+        return math.nan
+    ordered = np.sort(values)
+    return float(ordered[max(0, math.ceil(q * ordered.size) - 1)])
+
+
+def slo_evaluate(derived: pd.DataFrame, slo: Mapping[str, Any]) -> dict[str, Any]:
+    """Whether one run met ``slo``. ``derived`` is that run's rows from ``requests_derive``
+    (``traffic_class``, ``completed``, ``met_deadline``, ``tpot_s``, ``e2e_s``).
+
+    Returns ``{"n_requests", "attainment", "p95_tpot_s", "p95_e2e_s" (seconds; None when the
+    class had none), "passed" (bool), "reasons" (one line per bound that failed)}``."""
+    cls = slo.get("traffic_class", "all")
+    rows = derived if cls == "all" else derived[derived["traffic_class"] == cls]
+    n = len(rows)
+    out: dict[str, Any] = {"n_requests": n, "attainment": None, "p95_tpot_s": None, "p95_e2e_s": None}
+    if not n:
+        return out | {"passed": False, "reasons": [f"no {cls} request in the run"]}
+    completed = rows["completed"].to_numpy(dtype=bool)
+    out["attainment"] = float(rows["met_deadline"].to_numpy(dtype=bool).mean())
+    e2e = np.where(completed, rows["e2e_s"].to_numpy(dtype=float), np.inf)
+    tpot = np.where(completed, rows["tpot_s"].to_numpy(dtype=float), np.inf)
+    tpot = tpot[~np.isnan(tpot)]
+    out["p95_e2e_s"] = nearest_rank(e2e, 0.95)
+    out["p95_tpot_s"] = nearest_rank(tpot, 0.95) if tpot.size else None
+    reasons = []
+    if slo.get("attainment") is not None and not out["attainment"] >= slo["attainment"] - 1e-12:
+        reasons.append(f"attainment {out['attainment']:.3f} < {slo['attainment']}")
+    for key in ("p95_tpot_s", "p95_e2e_s"):
+        bound = slo.get(key)
+        if bound is None:
+            continue
+        value = out[key]
+        if value is None:
+            reasons.append(f"{key}: no request with two or more output tokens")
+        elif not value <= bound:
+            reasons.append(f"{key} {value:.4g} s > {bound} s")
+    for key in ("p95_tpot_s", "p95_e2e_s"):
+        if out[key] is not None and not math.isfinite(out[key]):
+            out[key] = None  # JSON has no infinity; ``reasons`` keeps the failure
+            out[f"{key}_failed_requests"] = True
+    return out | {"passed": not reasons, "reasons": reasons}
+
+
+def search_bracket(steps: Sequence[tuple[float, bool]]) -> tuple[float | None, float | None, bool]:
+    """(highest passing multiplier below the lowest failing one, lowest failing multiplier,
+    non-monotone) over finished ``steps`` of (multiplier, passed). None: no such step. A pass
+    above a failure (noise near the threshold) is ignored for the bracket and flagged."""
+    fails = [m for m, ok in steps if not ok]
+    low_fail = min(fails) if fails else None
+    passes = [m for m, ok in steps if ok]
+    below = [m for m in passes if low_fail is None or m < low_fail]
+    return (max(below) if below else None), low_fail, len(below) != len(passes)
+
+
+def next_multiplier(
+    steps: Sequence[tuple[float, bool]],
+    *,
+    lo: float,
+    hi: float,
+    max_steps: int,
+    min_ratio: float = MIN_RATIO,
+) -> float | None:
+    """The rate multiplier of the search's next step after ``steps`` (finished, in order, as
+    (multiplier, passed)), or None when the search is over (``max_steps`` run, or the bracket is
+    narrower than ``min_ratio``). Bisection in log-space, see the module docstring."""
+    if len(steps) >= max_steps:
+        return None
+    if not steps:
+        return math.sqrt(lo * hi)
+    passed, failed, _ = search_bracket(steps)
+    a = passed if passed is not None else lo
+    b = failed if failed is not None else hi
+    if not b / a > min_ratio:
+        return None
+    return math.sqrt(a * b)
+
+
+def search_result(steps: Sequence[tuple[float, bool]]) -> dict[str, Any]:
+    """One search's outcome: ``rate_multiplier`` (highest passing, None when nothing passed),
+    ``bracket`` [highest pass or None, lowest fail or None], ``censored`` ("below": nothing
+    passed, "above": nothing failed, None) and ``non_monotone``."""
+    passed, failed, non_monotone = search_bracket(steps)
+    censored = "below" if passed is None and steps else "above" if failed is None and steps else None
+    return {
+        "rate_multiplier": passed,
+        "bracket": [passed, failed],
+        "censored": censored,
+        "non_monotone": non_monotone,
+        "n_steps": len(steps),
+    }
+
+
+def arm_capacity(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Pool the searches of one arm's repeats (``search_result`` each): the point capacity
+    (geometric mean of the repeats' highest passing multipliers; None when one found none) and
+    the envelope interval [low, high] (None for an end a search left open)."""
+    if not results:
+        return {"rate_multiplier": None, "interval": [None, None], "n_repeats": 0}
+    points = [r["rate_multiplier"] for r in results]
+    point = (
+        float(math.exp(np.mean(np.log(points)))) if all(p is not None and p > 0 for p in points) else None
+    )
+    lows = [r["bracket"][0] for r in results]
+    highs = [r["bracket"][1] for r in results]
+    low = min(lows) if all(x is not None for x in lows) else None
+    high = max(highs) if all(x is not None for x in highs) else None
+    return {"rate_multiplier": point, "interval": [low, high], "n_repeats": len(results)}
+
+
+def capacity_ratio(cand: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
+    """Candidate / baseline capacity, with the interval [cand low / base high, cand high / base
+    low] from the envelopes (None where an end is open or zero)."""
+
+    def div(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
+
+    c_lo, c_hi = cand["interval"]
+    b_lo, b_hi = base["interval"]
+    return {
+        "ratio": div(cand["rate_multiplier"], base["rate_multiplier"]),
+        "ratio_interval": [div(c_lo, b_hi), div(c_hi, b_lo)],
+    }
+
+
+def capacity_stage(
+    derived: pd.DataFrame,
+    runs: pd.DataFrame,
+    *,
+    search: Mapping[str, Any],
+    base_arm: str,
+    cost_per_hour_usd: float,
+    arm_order: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """The comparison's ``capacity`` section from the capacity-step runs only.
+
+    ``derived``: their per-request rows from ``compute.derive`` (``run_id``, ``arm``,
+    ``repeat``, ``rate_multiplier``, ``capacity_step``, ``traffic_class``, ``completed``,
+    ``met_deadline``, ``tpot_s``, ``e2e_s``, ``scheduled_s``, ``success``); ``runs``: one row per
+    step run (``run_id``, ``wall_s`` seconds, ``accelerator_count``). ``search`` is the
+    experiment's ``capacity_search`` (``slo``, ``lo``, ``hi``, ``steps``).
+
+    Per arm: the capacity and its interval, each repeat's search, the curve (every step: offered
+    rate multiplier and requests/s, attainment, p95 TPOT and e2e, passed), the ratio to the
+    baseline, and the cost per successful task at capacity: cost_per_hour_usd x accelerators /
+    successful tasks per hour, the latter = successes / replay window (``wall_s``) of the runs at
+    each repeat's capacity multiplier x 3600.
+    """
+    slo = dict(search.get("slo") or {})
+    wall = runs.set_index("run_id")["wall_s"].astype(float).to_dict() if len(runs) else {}
+    accel = (
+        runs.set_index("run_id")["accelerator_count"].fillna(1).astype(float).to_dict()
+        if len(runs) and "accelerator_count" in runs
+        else {}
+    )
+    arms_seen = list(dict.fromkeys(derived["arm"].tolist())) if len(derived) else []
+    order = [a for a in (arm_order or []) if a in arms_seen] + [a for a in arms_seen if a not in (arm_order or [])]
+    out_arms: list[dict[str, Any]] = []
+    for arm in order:
+        rows = derived[derived["arm"] == arm]
+        curve: list[dict[str, Any]] = []
+        searches: list[dict[str, Any]] = []
+        at_capacity: list[int] = []
+        for repeat, rep_rows in rows.groupby("repeat", sort=True):
+            steps: list[tuple[float, bool]] = []
+            by_mult: dict[float, int] = {}
+            for (step, run_id), run_rows in rep_rows.groupby(["capacity_step", "run_id"], sort=True):
+                mult = float(run_rows["rate_multiplier"].iloc[0])
+                ev = slo_evaluate(run_rows, slo)
+                sched = run_rows["scheduled_s"].to_numpy(dtype=float)
+                span = float(sched.max() - sched.min()) if sched.size > 1 else 0.0
+                curve.append(
+                    {
+                        "repeat": int(repeat),
+                        "step": int(step),
+                        "run_id": int(run_id),
+                        "rate_multiplier": mult,
+                        "offered_rps": (sched.size - 1) / span if span > 0 else None,
+                        "attainment": ev["attainment"],
+                        "p95_tpot_s": ev["p95_tpot_s"],
+                        "p95_e2e_s": ev["p95_e2e_s"],
+                        "success_rate": float(run_rows["success"].mean()),
+                        "passed": ev["passed"],
+                        "reasons": ev["reasons"],
+                    }
+                )
+                steps.append((mult, ev["passed"]))
+                by_mult[mult] = int(run_id)
+            result = search_result(steps) | {"repeat": int(repeat)}
+            searches.append(result)
+            if result["rate_multiplier"] is not None:
+                at_capacity.append(by_mult[result["rate_multiplier"]])
+        pooled = arm_capacity(searches)
+        cap_rows = rows[rows["run_id"].isin(at_capacity)]
+        window = sum(wall.get(r, math.nan) for r in at_capacity)
+        successes = float(cap_rows["success"].sum())
+        per_hour = successes / window * 3600.0 if at_capacity and window > 0 else None
+        n_accel = max((accel.get(r, 1.0) for r in at_capacity), default=1.0)
+        cost = cost_per_hour_usd * n_accel / per_hour if per_hour else None
+        notes = []
+        if pooled["n_repeats"] == 1:
+            notes.append("one repeat: the interval is that search's bracket only, with no run-to-run spread")
+        if any(s["non_monotone"] for s in searches):
+            notes.append("a step passed above a failing one (noise near the threshold); the bracket ignores it")
+        if any(s["censored"] == "below" for s in searches):
+            notes.append(f"a search found no passing rate down to {search.get('lo')}x: capacity below the lowest step")
+        if any(s["censored"] == "above" for s in searches):
+            notes.append(f"a search passed every step up to {search.get('hi')}x: capacity is at least its highest step")
+        out_arms.append(
+            {
+                "arm": arm,
+                "is_baseline": arm == base_arm,
+                "rate_multiplier": pooled["rate_multiplier"],
+                "interval": pooled["interval"],
+                "n_repeats": pooled["n_repeats"],
+                "searches": searches,
+                "slo": slo,
+                "steps": sorted(curve, key=lambda p: (p["rate_multiplier"], p["repeat"])),
+                "successes_per_hour": per_hour,
+                "cost_per_success_usd": cost,
+                "cost_reason": None if cost is not None else "no passing step: no capacity to price",
+                "notes": notes,
+            }
+        )
+    base = next((a for a in out_arms if a["is_baseline"]), None)
+    for a in out_arms:
+        a.update(
+            capacity_ratio(a, base) if base is not None and not a["is_baseline"] else {"ratio": None, "ratio_interval": [None, None]}
+        )
+    return {
+        "slo": slo,
+        "search": {k: search.get(k) for k in ("lo", "hi", "steps")},
+        "interval_method": INTERVAL_METHOD,
+        "arms": out_arms,
+    }
