@@ -15,13 +15,11 @@ from console.analysis.comparison.aggregates import run_spread
 from console.analysis.comparison.bootstrap import (
     _count_blocks,
     bootstrap_distributions,
-    holm_adjust,
-    interval_percentile,
     min_requests,
-    paired_delta,
     point_stat,
     reportable,
 )
+from console.analysis.comparison.intervals import holm_adjust, interval_percentile, paired_delta
 from console.analysis.comparison.knee import knee_find
 from console.analysis.comparison.noise import baseline_stability, floor_points, noise_floors
 from console.analysis.comparison.paired import verdict

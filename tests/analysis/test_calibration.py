@@ -54,7 +54,7 @@ def test_it_withholds_p95_below_forty_requests_and_the_gate_refuses_a_a(small):
 def test_it_catches_an_interval_that_is_too_narrow(monkeypatch):
     # The check can fail: a studentized interval that forgets the t quantile (half width 0.5 se)
     # loses its coverage on means, and calibrate reports it.
-    from console.analysis.comparison import bootstrap
+    from console.analysis.comparison import intervals as bootstrap
 
     real = bootstrap.interval_studentized
 

@@ -21,12 +21,8 @@ from collections.abc import Hashable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from console.analysis.comparison.bootstrap import (
-    bootstrap_distributions,
-    holm_adjust,
-    paired_delta,
-    point_stat,
-)
+from console.analysis.comparison.bootstrap import bootstrap_distributions, point_stat
+from console.analysis.comparison.intervals import holm_adjust, paired_delta
 from console.analysis.comparison.schema import BaselineStability, NoiseFloorRow, StabilityTest
 
 UNSTABLE_MESSAGE = "baseline unstable: its repeats differ significantly among themselves; rerun on a quieter host"

@@ -17,13 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from console.analysis.comparison.bootstrap import (
-    bootstrap_distributions,
-    holm_adjust,
-    paired_delta,
-    point_stat,
-    reportable,
-)
+from console.analysis.comparison.bootstrap import bootstrap_distributions, point_stat, reportable
+from console.analysis.comparison.intervals import holm_adjust, paired_delta
 from console.analysis.comparison.knee import knee_find
 from console.analysis.comparison.schema import DeltaRow, Endpoints, NoiseFloorRow, Verdict
 from console.analysis.comparison.spec import (
