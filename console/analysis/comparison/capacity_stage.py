@@ -225,34 +225,11 @@ def capacity_stage(
         searches: list[dict[str, Any]] = []
         at_capacity: list[int] = []
         for repeat, rep_rows in rows.groupby("repeat", sort=True):
-            steps: list[tuple[float, bool]] = []
-            by_mult: dict[float, int] = {}
-            for (step, run_id), run_rows in rep_rows.groupby(["capacity_step", "run_id"], sort=True):
-                mult = float(run_rows["rate_multiplier"].iloc[0])
-                ev = slo_evaluate(run_rows, slo)
-                sched = run_rows["scheduled_s"].to_numpy(dtype=float)
-                span = float(sched.max() - sched.min()) if sched.size > 1 else 0.0
-                curve.append(
-                    {
-                        "repeat": int(repeat),
-                        "step": int(step),
-                        "run_id": int(run_id),
-                        "rate_multiplier": mult,
-                        "offered_rps": (sched.size - 1) / span if span > 0 else None,
-                        "attainment": ev["attainment"],
-                        "p95_tpot_s": ev["p95_tpot_s"],
-                        "p95_e2e_s": ev["p95_e2e_s"],
-                        "success_rate": float(run_rows["success"].mean()),
-                        "passed": ev["passed"],
-                        "reasons": ev["reasons"],
-                    }
-                )
-                steps.append((mult, ev["passed"]))
-                by_mult[mult] = int(run_id)
-            result = search_result(steps) | {"repeat": int(repeat)}
+            result, rep_curve, capacity_run = _repeat_search(rep_rows, slo, repeat=int(repeat))
+            curve += rep_curve
             searches.append(result)
-            if result["rate_multiplier"] is not None:
-                at_capacity.append(by_mult[result["rate_multiplier"]])
+            if capacity_run is not None:
+                at_capacity.append(capacity_run)
         pooled = arm_capacity(searches)
         cap_rows = rows[rows["run_id"].isin(at_capacity)]
         window = sum(wall.get(r, math.nan) for r in at_capacity)
@@ -260,15 +237,6 @@ def capacity_stage(
         per_hour = successes / window * 3600.0 if at_capacity and window > 0 else None
         n_accel = max((accel.get(r, 1.0) for r in at_capacity), default=1.0)
         cost = cost_per_hour_usd * n_accel / per_hour if per_hour else None
-        notes = []
-        if pooled["n_repeats"] == 1:
-            notes.append("one repeat: the interval is that search's bracket only, with no run-to-run spread")
-        if any(s["non_monotone"] for s in searches):
-            notes.append("a step passed above a failing one (noise near the threshold); the bracket ignores it")
-        if any(s["censored"] == "below" for s in searches):
-            notes.append(f"a search found no passing rate down to {search.get('lo')}x: capacity below the lowest step")
-        if any(s["censored"] == "above" for s in searches):
-            notes.append(f"a search passed every step up to {search.get('hi')}x: capacity is at least its highest step")
         out_arms.append(
             {
                 "arm": arm,
@@ -282,7 +250,7 @@ def capacity_stage(
                 "successes_per_hour": per_hour,
                 "cost_per_success_usd": cost,
                 "cost_reason": None if cost is not None else "no passing step: no capacity to price",
-                "notes": notes,
+                "notes": _search_notes(pooled, searches, search),
             }
         )
     base = next((a for a in out_arms if a["is_baseline"]), None)
@@ -296,3 +264,52 @@ def capacity_stage(
         "interval_method": INTERVAL_METHOD,
         "arms": out_arms,
     }
+
+
+def _repeat_search(
+    rep_rows: pd.DataFrame, slo: Mapping[str, Any], *, repeat: int
+) -> tuple[dict[str, Any], list[dict[str, Any]], int | None]:
+    """One repeat's search of one arm: its result, its curve points (one per step run) and the
+    run at its capacity multiplier (None without a passing step)."""
+    curve: list[dict[str, Any]] = []
+    steps: list[tuple[float, bool]] = []
+    by_mult: dict[float, int] = {}
+    for (step, run_id), run_rows in rep_rows.groupby(["capacity_step", "run_id"], sort=True):
+        mult = float(run_rows["rate_multiplier"].iloc[0])
+        ev = slo_evaluate(run_rows, slo)
+        sched = run_rows["scheduled_s"].to_numpy(dtype=float)
+        span = float(sched.max() - sched.min()) if sched.size > 1 else 0.0
+        curve.append(
+            {
+                "repeat": repeat,
+                "step": int(step),
+                "run_id": int(run_id),
+                "rate_multiplier": mult,
+                "offered_rps": (sched.size - 1) / span if span > 0 else None,
+                "attainment": ev["attainment"],
+                "p95_tpot_s": ev["p95_tpot_s"],
+                "p95_e2e_s": ev["p95_e2e_s"],
+                "success_rate": float(run_rows["success"].mean()),
+                "passed": ev["passed"],
+                "reasons": ev["reasons"],
+            }
+        )
+        steps.append((mult, ev["passed"]))
+        by_mult[mult] = int(run_id)
+    result = search_result(steps) | {"repeat": repeat}
+    capacity_run = by_mult[result["rate_multiplier"]] if result["rate_multiplier"] is not None else None
+    return result, curve, capacity_run
+
+
+def _search_notes(pooled: Mapping[str, Any], searches: Sequence[Mapping[str, Any]], search: Mapping[str, Any]) -> list[str]:
+    """What a reader must know about an arm's searches: one repeat, non-monotone steps, censoring."""
+    notes = []
+    if pooled["n_repeats"] == 1:
+        notes.append("one repeat: the interval is that search's bracket only, with no run-to-run spread")
+    if any(s["non_monotone"] for s in searches):
+        notes.append("a step passed above a failing one (noise near the threshold); the bracket ignores it")
+    if any(s["censored"] == "below" for s in searches):
+        notes.append(f"a search found no passing rate down to {search.get('lo')}x: capacity below the lowest step")
+    if any(s["censored"] == "above" for s in searches):
+        notes.append(f"a search passed every step up to {search.get('hi')}x: capacity is at least its highest step")
+    return notes
