@@ -47,7 +47,7 @@ import jsonschema
 import numpy as np
 import pandas as pd
 
-from console.analysis.metrics import _flatten
+from console.analysis.metrics import lists_flatten
 
 CHECKS: tuple[str, ...] = ("json_valid", "schema_valid", "tool_valid")
 PAIR_KEYS: tuple[str, ...] = ("load", "request_id", "repeat")
@@ -351,7 +351,7 @@ def exact_match(requests: pd.DataFrame, *, baseline_arm: str) -> pd.DataFrame:
     rows = np.flatnonzero(~base_mask & (pos >= 0))
     rows = rows[~failed[rows] & ~base_failed[pos[rows]]]
     # Token ids of every row flattened once; each pair compared on its common prefix at once.
-    flat, lens = _flatten(requests["output_token_ids"], np.int64)
+    flat, lens = lists_flatten(requests["output_token_ids"], np.int64)
     offsets = np.cumsum(lens) - lens
     base_rows = np.flatnonzero(base_mask)[~requests.loc[base_mask, list(PAIR_KEYS)].duplicated().to_numpy()]
     cand, counter = rows, base_rows[pos[rows]]

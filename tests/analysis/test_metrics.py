@@ -6,18 +6,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from console.analysis.metrics import (
+from console.analysis.acceptance import (
     acceptance_aggregate,
     acceptance_by_position,
-    busy_seconds,
-    cost_per_success,
-    gaps_flatten,
-    metrics_aggregate,
-    requests_derive,
-    run_costs,
     steps_flatten,
     steps_per_request,
 )
+from console.analysis.cost import busy_seconds, cost_per_success, run_costs
+from console.analysis.latency import metrics_aggregate
+from console.analysis.metrics import gaps_flatten, requests_derive
 from console.analysis.slices import bucket_assign, slices_assign
 from tests.analysis.builders import frame, request_row, runs_frame
 

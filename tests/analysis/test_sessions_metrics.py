@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from console.analysis.metrics import requests_derive, session_columns, sessions_aggregate, turns_aggregate
+from console.analysis.metrics import requests_derive
+from console.analysis.sessions import session_columns, sessions_aggregate, turns_aggregate
 from tests.analysis.builders import frame, request_row
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from console.analysis.acceptance import server_acceptance, server_counters_sum
 from console.analysis.comparison import comparison_compute
 from console.analysis.comparison.speculation import NOT_SPECULATING, PER_REQUEST, RUN_LEVEL
-from console.analysis.metrics import server_acceptance, server_counters_sum
 from tests.analysis.builders import frame, request_row, runs_frame
 
 
@@ -143,7 +143,7 @@ def test_it_counts_a_servers_per_request_totals_where_requests_sent_no_steps():
 
 
 def test_it_takes_cut_tokens_off_a_per_request_total_like_off_a_last_step():
-    from console.analysis.metrics import request_totals_merge, steps_flatten, steps_per_request
+    from console.analysis.acceptance import request_totals_merge, steps_flatten, steps_per_request
 
     # Two steps of 3 accepting 3 and 2 would emit 1 + 4 + 3 = 8 tokens; 6 arrived: 2 were cut.
     by_steps = frame(request_row(engine="openai", num_output_tokens=6, drafted=[3, 3], accepted=[3, 2]))

@@ -157,7 +157,7 @@ def _counters_settled(engine, before, records, timeout_s=10.0):
 
 
 def test_it_records_vllm_per_request_steps_that_add_up_to_its_counters(vllm_server_detailed, openai_register):
-    from console.analysis.metrics import steps_flatten
+    from console.analysis.acceptance import steps_flatten
     from tests.analysis.builders import frame, request_row
 
     engine = OpenAIEngine()

@@ -7,13 +7,9 @@ from typing import Any
 
 import pandas as pd
 
+from console.analysis.acceptance import acceptance_aggregate, acceptance_by_position
 from console.analysis.comparison.records import records
-from console.analysis.metrics import (
-    acceptance_aggregate,
-    acceptance_by_position,
-    sessions_aggregate,
-    turns_aggregate,
-)
+from console.analysis.sessions import sessions_aggregate, turns_aggregate
 
 
 def acceptance_tables(steps: pd.DataFrame, request_steps: pd.DataFrame, derived: pd.DataFrame) -> dict[str, Any]:

@@ -10,15 +10,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from console.analysis.acceptance import acceptance_aggregate, tokens_per_pass
 from console.analysis.comparison.spec import RUN_SPREAD_COLUMNS, SLICE_POINT_COLUMNS
-from console.analysis.metrics import (
-    acceptance_aggregate,
-    cost_per_success,
-    group_codes,
-    metrics_aggregate,
-    run_costs,
-    tokens_per_pass,
-)
+from console.analysis.cost import cost_per_success, run_costs
+from console.analysis.latency import metrics_aggregate
+from console.analysis.metrics import group_codes
 from console.analysis.quality import quality_rates
 
 RUN_BY = ["arm", "load", "repeat", "run_id"]

@@ -8,18 +8,11 @@ from typing import Any
 
 import pandas as pd
 
+from console.analysis.acceptance import request_totals_merge, steps_flatten, steps_per_request
 from console.analysis.grading import correctness_flags
-from console.analysis.metrics import (
-    chunk_times_flatten,
-    gaps_flatten,
-    request_success,
-    request_totals_merge,
-    requests_derive,
-    session_columns,
-    steps_flatten,
-    steps_per_request,
-)
+from console.analysis.metrics import chunk_times_flatten, gaps_flatten, request_success, requests_derive
 from console.analysis.quality import STORED_COLUMNS, exact_match, quality_flags
+from console.analysis.sessions import session_columns
 from console.analysis.slices import slices_assign
 
 

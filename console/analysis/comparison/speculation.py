@@ -49,7 +49,7 @@ def speculation_rows(
     ``request_steps`` is :func:`console.analysis.metrics.steps_per_request` over ``derived``'s
     rows; ``runs`` may carry ``spec_counters`` (each run's counter deltas, a dict or None).
     """
-    from console.analysis.metrics import server_acceptance, server_counters_sum
+    from console.analysis.acceptance import server_acceptance, server_counters_sum
 
     keys = derived[["arm", "load", "run_id"]].reset_index(drop=True)
     steps = request_steps.assign(
