@@ -271,7 +271,7 @@ def correctness_flags(requests: pd.DataFrame, references: Mapping[str, Mapping[s
     """Per request (same index): ``gradable`` (bool), ``correct`` (nullable boolean; NA when not
     gradable), ``correct_reason`` and ``grade_kind``. ``references`` maps ``request_id`` to the
     reference (:func:`reference_of`); a ``reference`` column in ``requests`` works too."""
-    from console.analysis.quality import _failed
+    from console.analysis.quality import request_failed
 
     n = len(requests)
     correct = np.full(n, None, dtype=object)
@@ -282,7 +282,7 @@ def correctness_flags(requests: pd.DataFrame, references: Mapping[str, Mapping[s
     else:
         lookup = references or {}
         refs = np.array([lookup.get(str(r)) for r in requests["request_id"]], dtype=object)
-    failed = _failed(requests) if n else np.zeros(0, dtype=bool)
+    failed = request_failed(requests) if n else np.zeros(0, dtype=bool)
     texts = requests["output_text"].to_numpy() if "output_text" in requests else np.full(n, "")
     for i in range(n):
         ref = refs[i]
@@ -364,7 +364,7 @@ def correctness_counts(flags: pd.DataFrame, *, baseline_arm: str) -> pd.DataFram
     ``check`` = ``"correct"``: a regression is baseline right, candidate wrong on the same
     (load, request, repeat); McNemar's exact test on the discordant pairs; the baseline's flip
     rate between its own repeats."""
-    from console.analysis.quality import quality_counts
+    from console.analysis.quality_pairs import quality_counts
 
     frame = flags.copy(deep=False)  # columns are replaced whole: ``flags`` stays as it was
     # quality_counts reads CHECKS columns; present "correct" as the only applicable check.

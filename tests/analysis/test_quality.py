@@ -1,16 +1,8 @@
 import numpy as np
 import pandas as pd
 
-from console.analysis.quality import (
-    exact_match,
-    json_fence_strip,
-    quality_counts,
-    quality_flags,
-    quality_rates,
-    quality_regressions,
-    response_format_check,
-    tool_call_check,
-)
+from console.analysis.quality import json_fence_strip, quality_flags, response_format_check, tool_call_check
+from console.analysis.quality_pairs import exact_match, quality_counts, quality_rates, quality_regressions
 from tests.analysis.builders import frame, request_row
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}

@@ -11,7 +11,7 @@ import pytest
 from console.analysis import slice_view
 from console.analysis.comparison import comparison_compute
 from console.analysis.metrics import requests_derive
-from console.analysis.quality import exact_match, first_divergences
+from console.analysis.quality_pairs import exact_match, first_divergences
 from console.analysis.slices import TURN_DIMENSION, slice_dimensions, slices_assign
 from tests.analysis.builders import frame, request_row, synthetic_experiment
 

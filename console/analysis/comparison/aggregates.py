@@ -15,7 +15,7 @@ from console.analysis.comparison.spec import RUN_SPREAD_COLUMNS, SLICE_POINT_COL
 from console.analysis.cost import cost_per_success, run_costs
 from console.analysis.latency import metrics_aggregate
 from console.analysis.metrics import group_codes
-from console.analysis.quality import quality_rates
+from console.analysis.quality_pairs import quality_rates
 
 RUN_BY = ["arm", "load", "repeat", "run_id"]
 

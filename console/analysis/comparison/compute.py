@@ -46,7 +46,7 @@ from console.analysis.comparison.spec import (
 )
 from console.analysis.comparison.speculation import speculation_rows
 from console.analysis.cost import COST_BASIS, class_goodput
-from console.analysis.quality import first_divergences, quality_counts, quality_regressions
+from console.analysis.quality_pairs import first_divergences, quality_counts, quality_regressions
 from console.analysis.slices import slice_dimensions
 from console.jsonutil import json_safe
 

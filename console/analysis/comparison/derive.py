@@ -11,7 +11,8 @@ import pandas as pd
 from console.analysis.acceptance import request_totals_merge, steps_flatten, steps_per_request
 from console.analysis.grading import correctness_flags
 from console.analysis.metrics import chunk_times_flatten, gaps_flatten, request_success, requests_derive
-from console.analysis.quality import STORED_COLUMNS, exact_match, quality_flags
+from console.analysis.quality import STORED_COLUMNS, quality_flags
+from console.analysis.quality_pairs import exact_match
 from console.analysis.sessions import session_columns
 from console.analysis.slices import slices_assign
 
