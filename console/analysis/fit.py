@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from console.analysis.grading import grade_math
+
 FIT_VERSION = 1
 LIKELY, UNLIKELY, UNKNOWN = "likely", "unlikely", "unknown"
 
@@ -89,8 +91,6 @@ def answer_correct(text: str | None, reference: Any) -> bool | None:
     """Whether the answer's final number equals the numeric ``reference`` answer (GSM8K's
     ``metadata.reference_answer``), by the comparison's own math grading
     (``console.analysis.grading.grade_math``); None when the reference is not a number (not gradable)."""
-    from console.analysis.grading import grade_math
-
     if isinstance(reference, bool) or not isinstance(reference, str | int | float):
         return None
     return grade_math(text, str(reference))[0]

@@ -41,6 +41,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.stats import norm
+
+from console.analysis.quality import json_parse, request_failed, tool_calls_parse
+from console.analysis.quality_pairs import quality_counts
+from console.analysis.sandbox import new_marker, run_python
 
 KINDS: tuple[str, ...] = ("math", "code", "tool_call", "json")
 CODE_TIMEOUT_S = 5.0
@@ -127,8 +132,6 @@ def code_program(text: str | None, *, test: str, entry_point: str, prompt: str |
 def grade_code(
     text: str | None, *, test: str, entry_point: str, prompt: str | None, timeout_s: float = CODE_TIMEOUT_S
 ) -> tuple[bool | None, str | None]:
-    from console.analysis.sandbox import new_marker, run_python
-
     if not str(entry_point).isidentifier():
         return None, f"entry_point {str(entry_point)[:40]!r} is not a Python name"
     marker = new_marker()
@@ -138,6 +141,9 @@ def grade_code(
 
 
 def _canonical(value: Any) -> str:
+    # Not console.jsonutil.canonical_json: that one refuses NaN and writes non-ASCII as is, where
+    # a model's tool arguments may hold NaN (Python's parser accepts it) and this form is only
+    # compared and hashed in memory; its bytes stay those of the cache keys it always made.
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
@@ -183,8 +189,6 @@ def _bfcl_match(call: Mapping[str, Any], expected: Mapping[str, Any]) -> bool:
 
 def grade_tool_calls(text: str | None, reference: Mapping[str, Any]) -> tuple[bool | None, str | None]:
     """Calls in the answer against ``reference_tool_calls`` or BFCL ``ground_truth`` (unordered)."""
-    from console.analysis.quality import tool_calls_parse
-
     calls = [c for c in (tool_calls_parse(text) or []) if isinstance(c, dict)]
     if not calls:
         return False, "no tool call in the answer"
@@ -207,8 +211,6 @@ def grade_tool_calls(text: str | None, reference: Mapping[str, Any]) -> tuple[bo
 
 
 def grade_json(text: str | None, expected: Any) -> tuple[bool | None, str | None]:
-    from console.analysis.quality import json_parse
-
     ok, value = json_parse(text)
     if not ok:
         return False, "output is not valid JSON"
@@ -271,8 +273,6 @@ def correctness_flags(requests: pd.DataFrame, references: Mapping[str, Mapping[s
     """Per request (same index): ``gradable`` (bool), ``correct`` (nullable boolean; NA when not
     gradable), ``correct_reason`` and ``grade_kind``. ``references`` maps ``request_id`` to the
     reference (:func:`reference_of`); a ``reference`` column in ``requests`` works too."""
-    from console.analysis.quality import request_failed
-
     n = len(requests)
     correct = np.full(n, None, dtype=object)
     reasons = np.full(n, None, dtype=object)
@@ -304,8 +304,6 @@ def correctness_flags(requests: pd.DataFrame, references: Mapping[str, Mapping[s
 
 
 def _wilson(k: float, n: float, *, ci: float) -> tuple[float, float]:
-    from scipy.stats import norm
-
     z = float(norm.ppf(0.5 + ci / 2))
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
@@ -364,8 +362,6 @@ def correctness_counts(flags: pd.DataFrame, *, baseline_arm: str) -> pd.DataFram
     ``check`` = ``"correct"``: a regression is baseline right, candidate wrong on the same
     (load, request, repeat); McNemar's exact test on the discordant pairs; the baseline's flip
     rate between its own repeats."""
-    from console.analysis.quality_pairs import quality_counts
-
     frame = flags.copy(deep=False)  # columns are replaced whole: ``flags`` stays as it was
     # quality_counts reads CHECKS columns; present "correct" as the only applicable check.
     frame["json_valid"] = frame["correct"]

@@ -40,6 +40,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,8 +176,6 @@ def run_python(
     """Run ``program`` contained (see the module docstring). When ``marker`` is given the program
     must print it (the caller appends the print after its tests) for ``passed``; without one,
     exit status 0 is enough."""
-    import time
-
     python, drop = _interpreter()
     work = Path(tempfile.mkdtemp(prefix="specreview-sandbox-"))
     capture = Path(tempfile.mkdtemp(prefix="specreview-capture-"))

@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from console.analysis.acceptance import server_acceptance, server_counters_sum
 from console.jsonutil import json_safe
 
 PER_REQUEST = "per-request"
@@ -49,8 +50,6 @@ def speculation_rows(
     ``request_steps`` is :func:`console.analysis.metrics.steps_per_request` over ``derived``'s
     rows; ``runs`` may carry ``spec_counters`` (each run's counter deltas, a dict or None).
     """
-    from console.analysis.acceptance import server_acceptance, server_counters_sum
-
     keys = derived[["arm", "load", "run_id"]].reset_index(drop=True)
     steps = request_steps.assign(
         arm=keys["arm"].to_numpy()[request_steps["row"].to_numpy()],
