@@ -21,7 +21,7 @@ from console.analysis.comparison.bootstrap import (
 )
 from console.analysis.comparison.intervals import holm_adjust, interval_percentile, paired_delta
 from console.analysis.comparison.knee import knee_find
-from console.analysis.comparison.noise import baseline_stability, floor_points, noise_floors
+from console.analysis.comparison.noise import baseline_stability, noise_floors
 from console.analysis.comparison.paired import verdict
 
 
@@ -218,6 +218,13 @@ def _repeats(values_by_repeat, load="1x"):
     for rep, values in values_by_repeat.items():
         rows += [{"load": load, "request_id": f"r{i}", "repeat": rep, "t": v} for i, v in enumerate(values)]
     return pd.DataFrame(rows)
+
+
+def floor_points(frame, *, metric, stat):
+    """(repeats, repeat pairs, floor, relative floor) of one statistic, read off the public
+    ``noise_floors`` row for all requests at the frame's one load."""
+    row = noise_floors(frame, stats={metric: (stat,)})[0]
+    return row["n_repeats"], row["n_repeat_pairs"], row["noise_floor"], row["noise_floor_rel"]
 
 
 def test_it_has_no_noise_floor_with_one_repeat():

@@ -62,15 +62,6 @@ def _matrices(frame: pd.DataFrame, metrics: Sequence[str]) -> dict[str, np.ndarr
     return out
 
 
-def floor_points(
-    frame: pd.DataFrame, *, metric: str, stat: str
-) -> tuple[int, int, float | None, float | None]:
-    """(repeats, repeat pairs, floor, floor relative to the pooled value) of ``stat`` of
-    ``metric`` over one arm's rows (``request_id``, ``repeat``, ``metric``). Each pair is
-    compared on the requests defined in both repeats."""
-    return _floor_from_matrix(_matrices(frame, [metric])[metric], stat)
-
-
 def noise_floors(
     baseline: pd.DataFrame,
     *,
