@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from console.analysis import fit
+from console.analysis import fit_assessment, fit_conditions, fit_stats
 from console.analysis.metrics import requests_derive
 from tests.analysis.builders import request_row
 
@@ -30,7 +30,7 @@ def trace(*, classes=None, limits=(128, 128, 16, 200), recorded=None, rate=2.0) 
 def run_stats(**over) -> dict:
     """One baseline run's cached fit facts, as run_fit_stats leaves them."""
     base = {
-        "version": fit.FIT_VERSION,
+        "version": fit_stats.FIT_VERSION,
         "load": "2x",
         "rate_multiplier": 2.0,
         "concurrency_cap": None,
@@ -55,7 +55,7 @@ def run_stats(**over) -> dict:
 
 
 def assess(*, runs=(), target="qwen2.5-coder-1.5b", engine="hf", specs=None, tr=None) -> dict:
-    result = fit.fit_assess(
+    result = fit_assessment.fit_assess(
         trace=tr or trace(),
         engine=engine,
         target_model=target,
@@ -73,7 +73,7 @@ def cond(result: dict, name: str) -> dict:
 
 def test_it_judges_every_condition_before_any_run_from_the_trace_and_configs():
     result = assess()
-    assert [c["name"] for c in result["conditions"]] == [n for n, _ in fit.CONDITIONS]
+    assert [c["name"] for c in result["conditions"]] == [n for n, _ in fit_conditions.CONDITIONS]
     assert result["stage"] == "before any run" and result["generation_share"] == []
     quality = cond(result, "quality_bar")
     assert quality["verdict"] == "unknown" and "has not run" in quality["reason"]
@@ -162,7 +162,7 @@ def test_it_names_the_proposers_this_engine_and_target_have():
 
 
 def test_it_warns_where_generation_is_under_half_of_end_to_end_latency():
-    shares = fit.generation_share([run_stats(), run_stats(load="1x", generation_share={"batch": [0.3, 0.4]})])
+    shares = fit_conditions.generation_share([run_stats(), run_stats(load="1x", generation_share={"batch": [0.3, 0.4]})])
     by_class = {g["traffic_class"]: g for g in shares}
     assert by_class["interactive"]["median"] == pytest.approx(0.8) and by_class["interactive"]["warning"] is None
     batch = by_class["batch"]
@@ -182,7 +182,7 @@ def test_it_reduces_a_stored_run_with_external_time_reference_answers_and_validi
     for col in ("json_valid", "schema_valid", "tool_call_valid"):
         frame[col] = frame.get(col)
     derived = requests_derive(frame)
-    stats = fit.run_fit_stats(
+    stats = fit_stats.run_fit_stats(
         derived,
         metadata={"a": {"reference_answer": "1234", "retrieval_s": 0.9}, "b": {}, "c": {"reference_answer": 7}},
         telemetry={"mean_util": None, "counters": {}},
@@ -199,20 +199,20 @@ def test_it_reduces_a_stored_run_with_external_time_reference_answers_and_validi
 
 
 def test_it_counts_requests_in_flight():
-    assert fit.inflight([0.0, 0.5, 2.0], [1.0, 1.5, 3.0]) == (pytest.approx(3.0 / 3.0), 2)
-    assert fit.inflight([], []) == (None, None)
+    assert fit_stats.inflight([0.0, 0.5, 2.0], [1.0, 1.5, 3.0]) == (pytest.approx(3.0 / 3.0), 2)
+    assert fit_stats.inflight([], []) == (None, None)
 
 
 def test_it_reads_recorded_lengths_and_external_time_from_metadata():
-    assert fit.recorded_output_tokens({"paired": {"trace_output_tokens": 300}}) == 300
-    assert fit.recorded_output_tokens({"output_tokens": 12.0}) == 12
-    assert fit.recorded_output_tokens({"output_tokens": "many"}) is None
-    assert fit.external_seconds({"retrieval_s": 0.5, "tool_s": 1.0, "external_s": "x"}) == 1.5
-    assert fit.external_seconds({"retrieval_s": -1, "tool_s": float("nan")}) == 0.0
-    assert fit.answer_correct("3 apples then 18", "18") is True
-    assert fit.answer_correct("no number", 18) is False
-    assert fit.answer_correct("18", "eighteen") is None
+    assert fit_stats.recorded_output_tokens({"paired": {"trace_output_tokens": 300}}) == 300
+    assert fit_stats.recorded_output_tokens({"output_tokens": 12.0}) == 12
+    assert fit_stats.recorded_output_tokens({"output_tokens": "many"}) is None
+    assert fit_stats.external_seconds({"retrieval_s": 0.5, "tool_s": 1.0, "external_s": "x"}) == 1.5
+    assert fit_stats.external_seconds({"retrieval_s": -1, "tool_s": float("nan")}) == 0.0
+    assert fit_stats.answer_correct("3 apples then 18", "18") is True
+    assert fit_stats.answer_correct("no number", 18) is False
+    assert fit_stats.answer_correct("18", "eighteen") is None
     # Hostile metadata grades nothing rather than failing the summary.
-    assert fit.answer_correct("nan", "nan") is None and fit.answer_correct("1", {"x": 1}) is None
-    assert fit.external_seconds({"retrieval_s": True, "tool_s": "1e308"}) == 0.0
-    assert fit.external_seconds(["not", "a", "mapping"]) == 0.0  # type: ignore[arg-type]
+    assert fit_stats.answer_correct("nan", "nan") is None and fit_stats.answer_correct("1", {"x": 1}) is None
+    assert fit_stats.external_seconds({"retrieval_s": True, "tool_s": "1e308"}) == 0.0
+    assert fit_stats.external_seconds(["not", "a", "mapping"]) == 0.0  # type: ignore[arg-type]
