@@ -13,7 +13,7 @@ import pytest
 from console.decisions import archive
 from console.experiments import matrix
 from console.jsonutil import canonical_json, json_safe
-from console.policies import fit
+from console.policies import router as policy_router
 
 
 def _value():
@@ -57,7 +57,7 @@ def test_the_plain_canonical_form_is_pinned():
     value["n"]["d"] = str(value["n"]["d"])
     assert canonical_json(value) == text
     # the policy and experiment modules hash with the same function
-    assert fit.canonical_json(value) == matrix.canonical_json(value) == text
+    assert policy_router.canonical_json(value) == matrix.canonical_json(value) == text
     with pytest.raises(ValueError):
         canonical_json({"x": float("nan")})
 
@@ -89,4 +89,4 @@ def test_stored_hashes_do_not_move():
         ],
         "x": 0.30000000000000004,
     }
-    assert fit.document_sha256(document) == "a68c2600c4e3c3296f133c7ffdd3216942e50ea5847ce0a1af3adb79a9ccf824"
+    assert policy_router.document_sha256(document) == "a68c2600c4e3c3296f133c7ffdd3216942e50ea5847ce0a1af3adb79a9ccf824"

@@ -11,7 +11,7 @@ Routing: LiteLLM's tag filtering picks, inside one model group, the deployments 
 request carries; it has no ordered conditions. The first-match rule list is therefore expanded
 here into a decision table over the features the rules use: each feature's values named by a rule
 plus ``*`` (any other value), every combination evaluated first-match, exactly as
-``fit.policy_route`` does. Each combination is one **slice tag**; each pool's deployment carries
+``router.policy_route`` does. Each combination is one **slice tag**; each pool's deployment carries
 the tags routed to it; the client sends the one tag of its request (``slice_tag``). The pool of
 the all-``*`` combination also carries LiteLLM's ``default`` tag, so an untagged request (features
 not computed) or an unknown tag goes where a request with unseen feature values goes.
@@ -33,7 +33,8 @@ from urllib.parse import quote
 
 import yaml
 
-from console.policies import fit
+from console.jsonutil import canonical_json
+from console.policies import features
 
 ROUTER = "litellm"
 TAG_PREFIX = "specreview-slice:"
@@ -78,7 +79,7 @@ class Pool:
 def _arg_value(value: Any) -> str:
     if isinstance(value, str):
         return value
-    return fit.canonical_json(value)
+    return canonical_json(value)
 
 
 def serve_argv(*, arm: ArmServing, served_model: str, port: int) -> list[str]:
@@ -101,7 +102,7 @@ def serve_argv(*, arm: ArmServing, served_model: str, port: int) -> list[str]:
             else:
                 argv.append(f"{flag}={_arg_value(value)}")
     if arm.speculative_config is not None:
-        argv += ["--speculative-config", fit.canonical_json(dict(arm.speculative_config))]
+        argv += ["--speculative-config", canonical_json(dict(arm.speculative_config))]
     return argv
 
 
@@ -128,7 +129,7 @@ def routed_features(rules: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
             values = seen.setdefault(name, [])
             if not any(_same(value, v) for v in values):
                 values.append(value)
-    order = list(fit.ALLOWED_FEATURES)
+    order = list(features.ALLOWED_FEATURES)
     return {k: seen[k] for k in sorted(seen, key=lambda k: (order.index(k) if k in order else len(order), k))}
 
 
@@ -189,7 +190,7 @@ def deployment_build(
     baseline: ArmServing,
     candidates: Mapping[str, ArmServing],
 ) -> Deployment:
-    """Pools and the decision table for a rules document (``fit.rules_document``) fitted on
+    """Pools and the decision table for a rules document (``router.rules_document``) fitted on
     ``model``. ``candidates``: arm label -> what it served, for every arm a rule routes to."""
     rules = list(document.get("rules") or [])
     if not rules:
@@ -219,7 +220,7 @@ def deployment_build(
                 if arm.speculative_config is None or dict(arm.speculative_config) != stated:
                     raise DeployError(
                         f"arm {arm_label!r}: the experiment's stored speculative_config "
-                        f"{fit.canonical_json(arm.speculative_config)} differs from the rules' {fit.canonical_json(stated)}"
+                        f"{canonical_json(arm.speculative_config)} differs from the rules' {canonical_json(stated)}"
                     )
                 name = f"spec-{sum(1 for k in pools if k is not None) + 1}"
             pools[arm_label] = Pool(name=name, arm=arm, port=0)

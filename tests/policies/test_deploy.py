@@ -15,7 +15,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetc
 
 import litellm  # noqa: E402
 
-from console.policies import deploy, fit  # noqa: E402
+from console.policies import deploy  # noqa: E402
+from console.policies import router as policy_router
 from console.policies.selectors import policy_deployment  # noqa: E402
 from console.policies.services import policy_fit  # noqa: E402
 from tests.policies.builders import ARM_CONFIGS, features_frame  # noqa: E402
@@ -188,7 +189,7 @@ def test_litellm_loads_the_config_and_routes_every_slice_tag_to_its_pool():
 
 def test_litellm_routes_requests_as_the_policy_does():
     """Each request's slice tag, computed from its features, reaches the pool of the arm the
-    policy's own first-match routing (fit.policy_route) gives it."""
+    policy's own first-match routing (policy_router.policy_route) gives it."""
     d = build()
     rows = [
         {"request_id": f"r{i}", "task": task, "traffic_class": cls}
@@ -197,7 +198,7 @@ def test_litellm_routes_requests_as_the_policy_does():
         )
     ]
     features = features_frame(rows)
-    expected = fit.policy_route(DOC["rules"], features)
+    expected = policy_router.policy_route(DOC["rules"], features)
     _, router = load_router(deploy.router_yaml(d))
     arm_of_pool = {p.name: (None if p.is_baseline else p.arm.label) for p in d.pools}
     for rid, row in features.iterrows():

@@ -10,7 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from console.policies import fit
+from console.policies import features as policy_features
+from console.policies import fitting
+from console.policies import pairs as policy_pairs
+from console.policies import router as policy_router
 from tests.policies.builders import ARM_CONFIGS, features_frame, slice_requests, units_frame
 
 CODE_GAINS = [0.008, 0.009, 0.010, 0.011, 0.012, 0.010, 0.009, 0.011, 0.010, 0.010, 0.012, 0.008]
@@ -26,9 +29,9 @@ def _data(*parts: tuple[list, list]) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _fit(units, features, **params):
-    names = params.pop("feature_names", list(fit.DEFAULT_FEATURES))
-    return fit.policy_fit(
-        units, features, feature_names=names, arm_configs=ARM_CONFIGS, params=fit.FitParams(**params)
+    names = params.pop("feature_names", list(policy_features.DEFAULT_FEATURES))
+    return fitting.policy_fit(
+        units, features, feature_names=names, arm_configs=ARM_CONFIGS, params=fitting.FitParams(**params)
     )
 
 
@@ -36,25 +39,25 @@ def _fit(units, features, **params):
     "name", ["output_bucket", "num_output_tokens", "acceptance_rate", "tpot_s", "output_text"]
 )
 def test_it_refuses_a_feature_known_only_after_execution(name):
-    with pytest.raises(fit.FeatureError, match=rf"'{name}'.*known only after execution.*hindsight"):
-        fit.features_validate(["task", name])
+    with pytest.raises(policy_features.FeatureError, match=rf"'{name}'.*known only after execution.*hindsight"):
+        policy_features.features_validate(["task", name])
 
 
 def test_it_refuses_hindsight_in_the_fit_itself():
     units, features = _data(slice_requests("c", CODE_GAINS, task="code"))
-    with pytest.raises(fit.FeatureError, match="output_tokens"):
+    with pytest.raises(policy_features.FeatureError, match="output_tokens"):
         _fit(units, features, feature_names=["task", "output_tokens"])
 
 
 def test_it_refuses_a_feature_not_on_the_allowlist():
-    with pytest.raises(fit.FeatureError, match=r"'prompt'.*not on the allowlist"):
-        fit.features_validate(["prompt"])
-    with pytest.raises(fit.FeatureError, match="at least one"):
-        fit.features_validate([])
+    with pytest.raises(policy_features.FeatureError, match=r"'prompt'.*not on the allowlist"):
+        policy_features.features_validate(["prompt"])
+    with pytest.raises(policy_features.FeatureError, match="at least one"):
+        policy_features.features_validate([])
 
 
 def test_it_returns_features_in_allowlist_order():
-    assert fit.features_validate(["has_tools", "task"]) == ["task", "has_tools"]
+    assert policy_features.features_validate(["has_tools", "task"]) == ["task", "has_tools"]
 
 
 def _requests(**overrides) -> pd.DataFrame:
@@ -76,7 +79,7 @@ def _requests(**overrides) -> pd.DataFrame:
 
 
 def test_it_derives_buckets_and_flags_from_the_trace_inputs():
-    features = fit.request_features(
+    features = policy_features.request_features(
         pd.concat(
             [
                 _requests(),
@@ -113,11 +116,11 @@ def test_it_derives_buckets_and_flags_from_the_trace_inputs():
 )
 def test_it_ignores_everything_known_after_execution_when_building_features(outputs, latencies):
     frame = pd.concat([_requests(request_id=f"r{i}", prompt_tokens=100 * i) for i in range(3)])
-    before = fit.request_features(frame, model="m")
+    before = policy_features.request_features(frame, model="m")
     changed = frame.assign(num_output_tokens=outputs, tpot_s=latencies, output_text=[str(o) for o in outputs])
-    after = fit.request_features(changed, model="m")
+    after = policy_features.request_features(changed, model="m")
     pd.testing.assert_frame_equal(before, after)
-    assert set(after.columns) == {"split", *fit.ALLOWED_FEATURES}
+    assert set(after.columns) == {"split", *policy_features.ALLOWED_FEATURES}
 
 
 def _derived(rows: list[dict]) -> pd.DataFrame:
@@ -151,12 +154,12 @@ def test_it_pairs_each_candidate_row_with_the_baseline_on_the_same_request_and_r
             },
         ]
     )
-    pairs = fit.pairs_build(derived, baseline_arm="base", metric="tpot_s").sort_values(
+    pairs = policy_pairs.pairs_build(derived, baseline_arm="base", metric="tpot_s").sort_values(
         ["request_id", "repeat"]
     )
     assert pairs["benefit"].tolist() == pytest.approx([0.020, 0.010, 0.010])
     assert pairs["regression"].tolist() == [False, False, True]
-    units = fit.units_build(pairs).set_index("request_id")
+    units = policy_pairs.units_build(pairs).set_index("request_id")
     assert units.loc["a", "benefit"] == pytest.approx(0.015)
     assert units.loc["a", "n_pairs"] == 2
     assert units.loc["b", "regression"]
@@ -170,23 +173,23 @@ def test_it_counts_a_missed_deadline_against_the_candidate():
             {"arm": "k2", "request_id": "a", "repeat": 0, "tpot_s": 0.04, "met_deadline": False},
         ]
     )
-    units = fit.units_build(fit.pairs_build(derived, baseline_arm="base", metric="tpot_s"))
+    units = policy_pairs.units_build(policy_pairs.pairs_build(derived, baseline_arm="base", metric="tpot_s"))
     assert units["success_delta"].tolist() == [-1.0]
 
 
 def test_it_computes_the_t_interval_by_hand():
-    point, lo, hi = fit.benefit_interval(np.array([1.0, 2.0, 3.0, np.nan]), stat="mean", ci=0.95)
+    point, lo, hi = policy_pairs.benefit_interval(np.array([1.0, 2.0, 3.0, np.nan]), stat="mean", ci=0.95)
     half = 4.302652729749464 / math.sqrt(3)  # t(0.975, 2 df) x sd 1 / sqrt(3)
     assert (point, lo, hi) == pytest.approx((2.0, 2.0 - half, 2.0 + half))
-    assert math.isnan(fit.benefit_interval(np.array([1.0]), stat="mean")[1])
+    assert math.isnan(policy_pairs.benefit_interval(np.array([1.0]), stat="mean")[1])
 
 
 def test_it_computes_the_median_interval_from_order_statistics_by_hand():
     # n = 20 at 95 %: the sign-test table gives (x_(6), x_(15)).
-    assert fit.benefit_interval(np.arange(1.0, 21.0), stat="p50") == (10.5, 6.0, 15.0)
+    assert policy_pairs.benefit_interval(np.arange(1.0, 21.0), stat="p50") == (10.5, 6.0, 15.0)
     # n = 6: (x_(1), x_(6)), coverage 1 - 2/64; n = 5 is too few for a 95 % interval.
-    assert fit.benefit_interval(np.array([3.0, 1, 2, 6, 5, 4]), stat="p50") == (3.5, 1.0, 6.0)
-    point, lo, hi = fit.benefit_interval(np.arange(5.0), stat="p50")
+    assert policy_pairs.benefit_interval(np.array([3.0, 1, 2, 6, 5, 4]), stat="p50") == (3.5, 1.0, 6.0)
+    point, lo, hi = policy_pairs.benefit_interval(np.arange(5.0), stat="p50")
     assert point == 2.0 and math.isnan(lo) and math.isnan(hi)
 
 
@@ -236,7 +239,7 @@ def test_it_chooses_the_draft_length_per_slice():
         ([], slice_requests("h", [-0.01] * 12, arm="k4", task="chat")[1]),
     )
     rules = _fit(units, features)["rules"]
-    route = fit.policy_route(rules, features)
+    route = policy_router.policy_route(rules, features)
     assert set(route.loc[route.index.str.startswith("c"), "arm"]) == {"k4"}
     assert set(route.loc[route.index.str.startswith("h"), "arm"]) == {"k2"}
 
@@ -254,7 +257,7 @@ def test_it_routes_by_the_first_matching_rule():
         {"when": {"task": "code"}, "arm": "k4"},
         {"when": {}, "arm": None},
     ]
-    route = fit.policy_route(rules, features)
+    route = policy_router.policy_route(rules, features)
     assert route["arm"].tolist() == ["k4", "k2", None]
     assert route["rule"].tolist() == [1, 0, 2]
 
@@ -280,7 +283,7 @@ def test_it_scores_the_holdout_split_by_hand():
     f, u = slice_requests("t", [9.0] * 4, task="code")  # train rows: never part of the holdout score
     units_df, features_df = units_frame(units + u), features_frame(feats + f)
     rules = [{"when": {"task": "code"}, "arm": "k2"}, {"when": {}, "arm": None}]
-    score = fit.policy_score(rules, units_df, features_df, split="holdout")
+    score = fitting.policy_score(rules, units_df, features_df, split="holdout")
     assert score["n_requests"] == 5 and score["n_on"] == 3
     assert score["share_on"] == pytest.approx(0.6)
     assert score["policy"]["benefit"] == pytest.approx((0.001 + 0.002 + 0.003) / 5)
@@ -297,7 +300,7 @@ def test_it_scores_train_rules_as_the_fit_measured_them():
         slice_requests("c", CODE_GAINS, task="code"), slice_requests("h", CHAT_LOSSES, task="chat")
     )
     fitted = _fit(units, features)
-    score = fit.policy_score(fitted["rules"], units, features, split="train")
+    score = fitting.policy_score(fitted["rules"], units, features, split="train")
     for rule, scored in zip(fitted["rules"][:-1], score["rules"], strict=False):
         assert scored["benefit"] == pytest.approx(rule["train"]["benefit"])
         assert scored["lo"] == pytest.approx(rule["train"]["lo"])
@@ -310,9 +313,9 @@ def _scores(holdout_code: list[float]):
         slice_requests("x", holdout_code, task="code", split="holdout"),
     )
     rules = _fit(units, features)["rules"]
-    train = fit.policy_score(rules, units, features, split="train")
-    holdout = fit.policy_score(rules, units, features, split="holdout")
-    return fit.overfitting_flags(train, holdout)
+    train = fitting.policy_score(rules, units, features, split="train")
+    holdout = fitting.policy_score(rules, units, features, split="holdout")
+    return fitting.overfitting_flags(train, holdout)
 
 
 def test_it_flags_overfitting_when_the_holdout_interval_includes_zero():
@@ -331,10 +334,10 @@ def test_it_does_not_flag_a_policy_that_holds_on_holdout():
 def test_it_gives_all_on_under_an_everywhere_rule_and_zero_under_all_off(gains):
     feats, units = slice_requests("r", gains, split="holdout")
     units_df, features_df = units_frame(units), features_frame(feats)
-    everywhere = fit.policy_score([{"when": {}, "arm": "k2"}], units_df, features_df, split="holdout")
+    everywhere = fitting.policy_score([{"when": {}, "arm": "k2"}], units_df, features_df, split="holdout")
     assert everywhere["policy"]["benefit"] == pytest.approx(everywhere["all_on"]["k2"]["benefit"])
     assert everywhere["share_on"] == 1.0
-    off = fit.policy_score([{"when": {}, "arm": None}], units_df, features_df, split="holdout")
+    off = fitting.policy_score([{"when": {}, "arm": None}], units_df, features_df, split="holdout")
     assert off["policy"]["benefit"] == 0.0 and off["share_on"] == 0.0
 
 
@@ -343,11 +346,11 @@ def test_it_hashes_the_canonical_document():
         {"when": {"task": "code", "model": "m"}, "arm": "k2", "speculative_config": ARM_CONFIGS["k2"]},
         {"when": {}, "arm": None, "speculative_config": None},
     ]
-    doc = fit.rules_document(rules)
-    reordered = fit.rules_document([{**rules[0], "when": {"model": "m", "task": "code"}}, rules[1]])
-    assert fit.document_sha256(doc) == fit.document_sha256(reordered)
-    changed = fit.rules_document([{**rules[0], "when": {"task": "chat"}}, rules[1]])
-    assert fit.document_sha256(doc) != fit.document_sha256(changed)
+    doc = policy_router.rules_document(rules)
+    reordered = policy_router.rules_document([{**rules[0], "when": {"model": "m", "task": "code"}}, rules[1]])
+    assert policy_router.document_sha256(doc) == policy_router.document_sha256(reordered)
+    changed = policy_router.rules_document([{**rules[0], "when": {"task": "chat"}}, rules[1]])
+    assert policy_router.document_sha256(doc) != policy_router.document_sha256(changed)
     assert doc["rules"][-1] == {"when": {}, "arm": None, "speculative_config": None}
     assert doc["buckets"]["prompt_tokens_bucket"]["edges"][:2] == [0, 256]
 
@@ -366,10 +369,10 @@ def test_it_carves_out_a_significantly_worse_sub_slice():
     ]
     assert rules[0]["off_instead_of"] == "k2" and rules[0]["train"]["hi"] < 0
     assert rules[1]["train"]["n"] == 24  # the enabled rule's numbers exclude the carve-out
-    route = fit.policy_route(rules, features)
+    route = policy_router.policy_route(rules, features)
     assert route.loc[route.index.str.startswith("j"), "arm"].isna().all()
     assert (route.loc[~route.index.str.startswith("j"), "arm"] == "k2").all()
-    score = fit.policy_score(rules, units, features, split="train")
+    score = fitting.policy_score(rules, units, features, split="train")
     assert score["rules"][0]["foregone"]["benefit"] == pytest.approx(np.mean(CHAT_LOSSES))
 
 
@@ -382,8 +385,8 @@ def test_it_flags_a_carve_out_that_does_not_hold_on_holdout():
         slice_requests("xj", CODE_GAINS[:6], task="json", split="holdout"),  # json is fine on holdout
     )
     rules = _fit(units, features)["rules"]
-    train = fit.policy_score(rules, units, features, split="train")
-    holdout = fit.policy_score(rules, units, features, split="holdout")
-    flags = fit.overfitting_flags(train, holdout)
+    train = fitting.policy_score(rules, units, features, split="train")
+    holdout = fitting.policy_score(rules, units, features, split="holdout")
+    flags = fitting.overfitting_flags(train, holdout)
     assert flags["rules"] == [0] and not flags["policy"]
     assert "off rule 1 (model = m and task = json)" in flags["reasons"][0]

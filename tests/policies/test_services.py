@@ -6,7 +6,8 @@ import pytest
 from django.core.exceptions import PermissionDenied
 
 from console.analysis.models import RequestResult
-from console.policies import fit
+from console.policies import features as policy_features
+from console.policies import router as policy_router
 from console.policies.models import SlicePolicy
 from console.policies.selectors import PolicyInputError, policy_export, policy_inputs
 from console.policies.services import policy_fit
@@ -28,9 +29,9 @@ def test_it_fits_on_train_and_scores_on_holdout(experiment, engineer):
     policy = policy_fit(experiment=experiment, load="1x", created_by=engineer)
     assert policy.created_by == engineer
     assert policy.arms == sorted(_candidates(experiment))
-    assert policy.rules["schema"] == fit.SCHEMA
+    assert policy.rules["schema"] == policy_router.SCHEMA
     assert policy.rules["rules"][-1] == {"when": {}, "arm": None, "speculative_config": None}
-    assert policy.rules_sha256 == fit.document_sha256(policy.rules)
+    assert policy.rules_sha256 == policy_router.document_sha256(policy.rules)
     holdout = experiment.trace.requests.filter(split="holdout").count()
     assert policy.holdout_scores["n_requests"] == holdout == 30
     assert policy.train_scores["n_requests"] == 60
@@ -47,14 +48,14 @@ def test_it_fits_on_train_and_scores_on_holdout(experiment, engineer):
 def test_it_exports_what_a_decision_freezes(experiment, engineer):
     policy = policy_fit(experiment=experiment, load="2x", created_by=engineer)
     exported = policy_export(policy=policy)
-    assert exported["rules_sha256"] == fit.document_sha256(exported["document"])
+    assert exported["rules_sha256"] == policy_router.document_sha256(exported["document"])
     assert exported["url"] == f"/policies/{policy.pk}/"
     assert exported["load"] == "2x"
     assert set(exported["holdout"]) == {"n_requests", "share_on", "policy", "lost_successes", "regressions"}
 
 
 def test_it_refuses_a_feature_known_after_execution_before_storing_anything(experiment, engineer):
-    with pytest.raises(fit.FeatureError, match="known only after execution"):
+    with pytest.raises(policy_features.FeatureError, match="known only after execution"):
         policy_fit(experiment=experiment, features=["task", "output_bucket"], created_by=engineer)
     assert not SlicePolicy.objects.exists()
 
@@ -95,7 +96,7 @@ def test_it_keeps_speculation_off_where_the_candidate_breaks_json(experiment, en
     results.filter(run__arm__is_baseline=False).update(json_valid=False, schema_valid=False)
     policy = policy_fit(experiment=experiment, load="1x", created_by=engineer)
     inputs = policy_inputs(experiment=experiment, arms=None, load="1x")
-    route = fit.policy_route(policy.rules["rules"], inputs.features)
+    route = policy_router.policy_route(policy.rules["rules"], inputs.features)
     json_ids = set(json_requests.values_list("request_id", flat=True))
     assert route.loc[sorted(json_ids), "arm"].isna().all()
     assert route["arm"].notna().any()  # the other tasks still benefit

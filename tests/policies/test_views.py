@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from console.policies import fit
+from console.policies import router as policy_router
 from console.policies.models import SlicePolicy
 from console.policies.services import policy_fit
 from tests.support.synthetic import experiment_synthesize
@@ -104,7 +104,7 @@ def test_it_downloads_the_rules_a_router_loads(viewer_client, policy):
     response = viewer_client.get(f"/policies/{policy.pk}/rules.json")
     assert response.status_code == 200
     document = json.loads(response.content)
-    assert fit.document_sha256(document) == policy.rules_sha256 == response["X-Content-SHA256"]
+    assert policy_router.document_sha256(document) == policy.rules_sha256 == response["X-Content-SHA256"]
 
 
 def test_it_lists_policies_per_experiment(viewer_client, policy, experiment):
