@@ -181,6 +181,35 @@ class Deployment:
     table: list[dict[str, Any]]  # one row per slice tag: when, tag, rule (1-based), pool
 
 
+def _pool_for(
+    pools: dict[str | None, Pool],
+    arm_label: str | None,
+    *,
+    baseline: ArmServing,
+    candidates: Mapping[str, ArmServing],
+    rules: Sequence[Mapping[str, Any]],
+) -> Pool:
+    """The pool serving ``arm_label`` (None: the baseline), added to ``pools`` on first use once
+    the arm's stored speculative config is the one the rules state."""
+    if arm_label not in pools:
+        if arm_label is None:
+            arm = baseline
+            name = "baseline"
+        else:
+            if arm_label not in candidates:
+                raise DeployError(f"a rule routes to arm {arm_label!r}, which the experiment no longer has")
+            arm = candidates[arm_label]
+            stated = next(r.get("speculative_config") for r in rules if r.get("arm") == arm_label)
+            if arm.speculative_config is None or dict(arm.speculative_config) != stated:
+                raise DeployError(
+                    f"arm {arm_label!r}: the experiment's stored speculative_config "
+                    f"{canonical_json(arm.speculative_config)} differs from the rules' {canonical_json(stated)}"
+                )
+            name = f"spec-{sum(1 for k in pools if k is not None) + 1}"
+        pools[arm_label] = Pool(name=name, arm=arm, port=0)
+    return pools[arm_label]
+
+
 def deployment_build(
     *,
     policy_id: int,
@@ -206,25 +235,7 @@ def deployment_build(
     pools: dict[str | None, Pool] = {}
 
     def pool_for(arm_label: str | None) -> Pool:
-        if arm_label not in pools:
-            if arm_label is None:
-                arm = baseline
-                name = "baseline"
-            else:
-                if arm_label not in candidates:
-                    raise DeployError(
-                        f"a rule routes to arm {arm_label!r}, which the experiment no longer has"
-                    )
-                arm = candidates[arm_label]
-                stated = next(r.get("speculative_config") for r in rules if r.get("arm") == arm_label)
-                if arm.speculative_config is None or dict(arm.speculative_config) != stated:
-                    raise DeployError(
-                        f"arm {arm_label!r}: the experiment's stored speculative_config "
-                        f"{canonical_json(arm.speculative_config)} differs from the rules' {canonical_json(stated)}"
-                    )
-                name = f"spec-{sum(1 for k in pools if k is not None) + 1}"
-            pools[arm_label] = Pool(name=name, arm=arm, port=0)
-        return pools[arm_label]
+        return _pool_for(pools, arm_label, baseline=baseline, candidates=candidates, rules=rules)
 
     table = []
     names = list(domains)
