@@ -1,4 +1,4 @@
-"""The fit assessment's verdicts on hand-built inputs (pure functions: console.analysis.fit)."""
+"""The fit assessment's verdicts on hand-built inputs (pure functions: console.analysis.fit_assessment, fit_conditions, fit_stats)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The fit assessment from stored data: the experiment page, the API, the decision checklist,
-and the worker caching a finished baseline run's fit facts (console.analysis.fit)."""
+and the worker caching a finished baseline run's fit facts (console.analysis.fit_stats)."""
 
 from __future__ import annotations
 

@@ -197,7 +197,7 @@ def capacity_stage(
 ) -> dict[str, Any]:
     """The comparison's ``capacity`` section from the capacity-step runs only.
 
-    ``derived``: their per-request rows from ``compute.derive`` (``run_id``, ``arm``,
+    ``derived``: their per-request rows from ``derive.derive`` (``run_id``, ``arm``,
     ``repeat``, ``rate_multiplier``, ``capacity_step``, ``traffic_class``, ``completed``,
     ``met_deadline``, ``tpot_s``, ``e2e_s``, ``scheduled_s``, ``success``); ``runs``: one row per
     step run (``run_id``, ``wall_s`` seconds, ``accelerator_count``). ``search`` is the

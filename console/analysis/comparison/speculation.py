@@ -3,7 +3,7 @@ evidence there is.
 
 - **per-request**: the verification steps recorded per request (the ``hf`` and ``vllm``
   engines; the ``openai`` engine with ``vllm serve --per-request-spec-decode-metrics
-  detailed``), reduced by :func:`console.analysis.metrics.steps_flatten` like every other
+  detailed``), reduced by :func:`console.analysis.acceptance.steps_flatten` like every other
   acceptance table.
 - **run-level (server counters)**: the spec-decode counter deltas the run scraped from the
   server's ``/metrics`` (the ``openai`` engine against vLLM, SGLang or TensorRT-LLM), summed
@@ -47,7 +47,7 @@ def speculation_rows(
     ``server`` (the run-level totals when every run has them, else None),
     ``did_not_speculate`` and ``reason``.
 
-    ``request_steps`` is :func:`console.analysis.metrics.steps_per_request` over ``derived``'s
+    ``request_steps`` is :func:`console.analysis.acceptance.steps_per_request` over ``derived``'s
     rows; ``runs`` may carry ``spec_counters`` (each run's counter deltas, a dict or None).
     """
     keys = derived[["arm", "load", "run_id"]].reset_index(drop=True)
