@@ -6,7 +6,7 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from console.accounts.access import capability_required, owner_or_approver_required
 from console.accounts.roles import RUN_EXPERIMENT
-from console.analysis.fit import numbers_lines
+from console.analysis.fit_assessment import numbers_lines
 from console.analysis.selectors import experiment_fit_assessment
 from console.experiments.forms import ExperimentForm
 from console.experiments.models import Experiment, Run

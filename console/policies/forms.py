@@ -7,7 +7,8 @@ from typing import Any
 from django import forms
 
 from console.experiments.models import Experiment
-from console.policies import fit
+from console.policies import features as policy_features
+from console.policies import pairs as policy_pairs
 from console.policies.selectors import experiment_fit_choices
 
 ALL_LOADS = "__all__"
@@ -21,10 +22,10 @@ class PolicyFitForm(forms.Form):
         help_text="candidates to choose among per slice; tick a whole draft-length sweep to pick k per slice",
     )
     load = forms.ChoiceField(choices=[], help_text="fit at one load level, or pool every level")
-    metric = forms.ChoiceField(choices=[(k, v[2]) for k, v in fit.METRICS.items()], initial="tpot_s")
+    metric = forms.ChoiceField(choices=[(k, v[2]) for k, v in policy_pairs.METRICS.items()], initial="tpot_s")
     features = forms.MultipleChoiceField(
-        choices=[(k, f"{k}: {v}") for k, v in fit.ALLOWED_FEATURES.items()],
-        initial=list(fit.DEFAULT_FEATURES),
+        choices=[(k, f"{k}: {v}") for k, v in policy_features.ALLOWED_FEATURES.items()],
+        initial=list(policy_features.DEFAULT_FEATURES),
         widget=forms.CheckboxSelectMultiple,
         help_text="only features known before the request runs are offered",
     )

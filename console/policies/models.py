@@ -1,5 +1,5 @@
 """Slice policies: a first-match rule list over pre-execution features, fitted on the train split
-of an experiment's trace and scored on its holdout split (see ``console.policies.fit``)."""
+of an experiment's trace and scored on its holdout split (see ``console.policies.fitting``)."""
 
 from __future__ import annotations
 

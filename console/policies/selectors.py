@@ -13,7 +13,9 @@ from console.analysis.metrics import requests_derive
 from console.analysis.quality import quality_flags
 from console.analysis.selectors import experiment_finished_runs, experiment_sweeps, results_frames
 from console.experiments.models import Experiment
-from console.policies import deploy, fit
+from console.policies import deploy
+from console.policies import features as policy_features
+from console.policies import pairs as policy_pairs
 from console.policies.models import SlicePolicy
 from console.traces.models import TraceRequest
 
@@ -24,7 +26,7 @@ class PolicyInputError(ValueError):
 
 @dataclass
 class PolicyInputs:
-    """What :func:`console.policies.fit.policy_fit` needs, read from one experiment."""
+    """What :func:`console.policies.fitting.policy_fit` needs, read from one experiment."""
 
     baseline_arm: str
     arm_configs: dict[str, Any]
@@ -42,8 +44,8 @@ def experiment_fit_choices(*, experiment: Experiment) -> dict[str, Any]:
         "candidates": [a.label for a in arms if not a.is_baseline and a.pk in finished],
         "loads": [lv.get("label") for lv in experiment.load_levels or []],
         "sweeps": experiment_sweeps(arms=arms),
-        "metrics": {k: v[2] for k, v in fit.METRICS.items()},
-        "features": dict(fit.ALLOWED_FEATURES),
+        "metrics": {k: v[2] for k, v in policy_pairs.METRICS.items()},
+        "features": dict(policy_features.ALLOWED_FEATURES),
     }
 
 
@@ -98,7 +100,7 @@ def policy_inputs(*, experiment: Experiment, arms: list[str] | None, load: str |
         baseline_arm=baseline.label,
         arm_configs={a.label: a.config.speculative_config for a in candidates},
         derived=derived,
-        features=fit.request_features(requests, model=model),
+        features=policy_features.request_features(requests, model=model),
         run_ids=sorted(r.pk for r in runs),
     )
 

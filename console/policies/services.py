@@ -15,7 +15,10 @@ from django.db import transaction
 from console.accounts import roles
 from console.experiments.models import Experiment
 from console.jsonutil import json_safe
-from console.policies import fit
+from console.policies import features as policy_features
+from console.policies import fitting as policy_fitting
+from console.policies import pairs as policy_pairs
+from console.policies import router as policy_router
 from console.policies.models import SlicePolicy
 from console.policies.selectors import PolicyInputError, policy_inputs
 
@@ -27,7 +30,7 @@ def policy_fit(
     arms: Sequence[str] | None = None,
     load: str | None = None,
     metric: str = "tpot_s",
-    features: Sequence[str] = fit.DEFAULT_FEATURES,
+    features: Sequence[str] = policy_features.DEFAULT_FEATURES,
     min_support: int = 10,
     ci: float = 0.95,
     max_success_loss: float = 0.0,
@@ -37,15 +40,15 @@ def policy_fit(
 
     ``arms``: candidate arm labels to choose among per slice (None = every candidate; a sweep's
     arms give each slice its best draft length). ``load``: one load level label, or None to pool
-    all loads. ``metric``: a key of ``fit.METRICS`` (benefits are seconds saved per request vs the
+    all loads. ``metric``: a key of ``policy_pairs.METRICS`` (benefits are seconds saved per request vs the
     baseline). ``min_support``: requests per slice (train). Fitted on the trace's train split
     only; scored on its holdout split.
     """
     if created_by is None or not created_by.has_perm(roles.RUN_EXPERIMENT):
         raise PermissionDenied(f"needs permission {roles.RUN_EXPERIMENT}")
-    names = fit.features_validate(features)
-    if metric not in fit.METRICS:
-        raise PolicyInputError(f"unknown metric {metric!r}; choose one of {', '.join(fit.METRICS)}")
+    names = policy_features.features_validate(features)
+    if metric not in policy_pairs.METRICS:
+        raise PolicyInputError(f"unknown metric {metric!r}; choose one of {', '.join(policy_pairs.METRICS)}")
     if min_support < 2:
         raise PolicyInputError("minimum support must be at least 2 requests (an interval needs two)")
     if not 0 < ci < 1:
@@ -59,27 +62,27 @@ def policy_fit(
             "no results on holdout requests (did the experiment run only the train split?): "
             "a policy must be validated on requests it was not fitted on"
         )
-    params = fit.FitParams(
+    params = policy_fitting.FitParams(
         min_support=min_support,
-        stat=fit.METRICS[metric][1],
+        stat=policy_pairs.METRICS[metric][1],
         ci=ci,
         max_success_loss=max_success_loss,
     )
-    pairs = fit.pairs_build(inputs.derived, baseline_arm=inputs.baseline_arm, metric=metric)
-    units = fit.units_build(pairs)
-    fitted = fit.policy_fit(
+    pairs = policy_pairs.pairs_build(inputs.derived, baseline_arm=inputs.baseline_arm, metric=metric)
+    units = policy_pairs.units_build(pairs)
+    fitted = policy_fitting.policy_fit(
         units, inputs.features, feature_names=names, arm_configs=inputs.arm_configs, params=params
     )
-    train = fit.policy_score(fitted["rules"], units, inputs.features, split="train", params=params)
-    holdout = fit.policy_score(fitted["rules"], units, inputs.features, split="holdout", params=params)
+    train = policy_fitting.policy_score(fitted["rules"], units, inputs.features, split="train", params=params)
+    holdout = policy_fitting.policy_score(fitted["rules"], units, inputs.features, split="holdout", params=params)
     if load is None and pairs["load"].nunique() > 1:
         # Pooled loads can hide a level where the policy stops paying: score each level too.
         for scores, split in ((train, "train"), (holdout, "holdout")):
             scores["by_load"] = {
                 str(level): _headline(
-                    fit.policy_score(
+                    policy_fitting.policy_score(
                         fitted["rules"],
-                        fit.units_build(pairs.loc[pairs["load"] == level]),
+                        policy_pairs.units_build(pairs.loc[pairs["load"] == level]),
                         inputs.features,
                         split=split,
                         params=params,
@@ -87,7 +90,7 @@ def policy_fit(
                 )
                 for level in _load_order(experiment, pairs["load"].unique())
             }
-    document = json_safe(fit.rules_document(fitted["rules"]))
+    document = json_safe(policy_router.rules_document(fitted["rules"]))
     return SlicePolicy.objects.create(
         experiment=experiment,
         baseline_arm=inputs.baseline_arm,
@@ -103,7 +106,7 @@ def policy_fit(
             "max_features": params.max_features,
         },
         rules=document,
-        rules_sha256=fit.document_sha256(document),
+        rules_sha256=policy_router.document_sha256(document),
         fit_details=json_safe(
             {
                 "rules_train": [r.get("train") for r in fitted["rules"]],
@@ -112,7 +115,7 @@ def policy_fit(
         ),
         train_scores=json_safe(train),
         holdout_scores=json_safe(holdout),
-        overfitting=json_safe(fit.overfitting_flags(train, holdout)),
+        overfitting=json_safe(policy_fitting.overfitting_flags(train, holdout)),
         source_runs=inputs.run_ids,
         created_by=created_by,
     )

@@ -12,8 +12,11 @@ from console.accounts.access import capability_required
 from console.accounts.roles import RUN_EXPERIMENT
 from console.analysis.plots import fig_html
 from console.experiments.models import Experiment
+from console.jsonutil import canonical_json
 from console.listing import listing
-from console.policies import deploy, fit, plots
+from console.policies import deploy, plots
+from console.policies import features as policy_features
+from console.policies import pairs as policy_pairs
 from console.policies.forms import PolicyFitForm
 from console.policies.models import SlicePolicy
 from console.policies.selectors import (
@@ -73,7 +76,7 @@ def policy_new(request):
     if request.method == "POST" and form.is_valid():
         try:
             policy = policy_fit(**form.service_kwargs(), created_by=request.user)
-        except (fit.FeatureError, PolicyInputError) as exc:
+        except (policy_features.FeatureError, PolicyInputError) as exc:
             form.add_error(None, str(exc))
         except PermissionDenied:
             raise
@@ -140,7 +143,7 @@ def policy_detail(request, pk: int):
             "train": train,
             "holdout": holdout,
             "share_on": {"train": _pct(train.get("share_on")), "holdout": _pct(holdout.get("share_on"))},
-            "metric_label": fit.METRICS.get(policy.metric, (None, None, policy.metric))[2],
+            "metric_label": policy_pairs.METRICS.get(policy.metric, (None, None, policy.metric))[2],
             "document_json": json.dumps(policy.rules, indent=2, sort_keys=True),
             "export_json": json.dumps(policy_export(policy=policy), indent=2, sort_keys=True),
             "figure": figure,
@@ -158,7 +161,7 @@ def policy_detail(request, pk: int):
 @require_safe
 def policy_rules_json(request, pk: int):
     policy = get_object_or_404(SlicePolicy, pk=pk)
-    response = HttpResponse(fit.canonical_json(policy.rules), content_type="application/json; charset=utf-8")
+    response = HttpResponse(canonical_json(policy.rules), content_type="application/json; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="slice-policy-{policy.pk}.json"'
     response["X-Content-SHA256"] = policy.rules_sha256
     return response
