@@ -30,7 +30,6 @@ HIGHER_IS_BETTER = frozenset(
         "acceptance_rate",
     }
 )
-VALIDITY_CHECKS: tuple[str, ...] = ("json_valid", "schema_valid", "tool_valid")
 LATENCY_METRICS: tuple[str, ...] = ("ttft_s", "tpot_s", "e2e_s", "itl_chunk_mean_s")
 STAT_NAMES: tuple[str, ...] = ("mean", "p50", "p95", "p99")
 STABILITY_METRIC_NAMES: tuple[str, ...] = (*LATENCY_METRICS, "success", "met_deadline", "successes_per_accelerator_hour")

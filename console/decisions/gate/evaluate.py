@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from console.decisions.gate.common import not_speculating_refusal
@@ -14,11 +14,6 @@ from console.decisions.gate.quality import criterion_quality
 from console.decisions.gate.settings import gate_settings_deviations, gate_settings_resolve
 from console.decisions.gate.stability import criterion_load_stability
 from console.decisions.gate.task_improvement import criterion_task_improvement
-
-
-def _ordered(loads: Iterable[str], facts: Mapping[str, Any]) -> list[str]:
-    order = {load: i for i, load in enumerate(facts.get("loads") or [])}
-    return sorted(loads, key=lambda load: (order.get(load, len(order)), str(load)))
 
 
 def gate_evaluate(
@@ -63,11 +58,6 @@ def gate_evaluate(
         "candidate_arm": facts.get("candidate_arm"),
         "baseline_arm": facts.get("baseline_arm"),
     }
-
-
-def gate_failing(gate: Mapping[str, Any]) -> list[str]:
-    """Keys of the failing criteria of a computed gate."""
-    return [c["key"] for c in gate.get("criteria") or [] if c.get("status") == FAIL]
 
 
 def gate_not_passing(gate: Mapping[str, Any]) -> list[str]:
