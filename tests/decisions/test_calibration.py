@@ -11,7 +11,7 @@ import math
 import pytest
 from django.core.management import call_command
 
-from console.analysis.comparison import calibration
+from console.decisions import calibration
 
 SIMS = 25
 

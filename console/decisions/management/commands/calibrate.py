@@ -1,6 +1,6 @@
 """``manage.py calibrate``: do the comparison's intervals hold their coverage, and does the gate
 refuse an A/A experiment? Simulated experiments with a known truth (see
-``console.analysis.comparison.calibration``)."""
+``console.decisions.calibration``)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from console.analysis.metrics import requests_derive
+from console.analysis.selectors import results_frames
+from console.decisions.calibration import calibrate, pool_from_results, pool_shipped
+from console.experiments.models import Run
+
 
 def _pool_from_db(experiment_id: int | None):
-    from console.analysis.comparison.calibration import pool_from_results
-    from console.analysis.metrics import requests_derive
-    from console.analysis.selectors import results_frames
-    from console.experiments.models import Run
-
     query = Run.objects.filter(status=Run.Status.DONE, arm__is_baseline=True).select_related("arm", "experiment")
     if experiment_id is not None:
         query = query.filter(experiment_id=experiment_id)
@@ -50,8 +50,6 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args, **opts):
-        from console.analysis.comparison.calibration import calibrate, pool_shipped
-
         if opts["sims"] < 1 or opts["n_boot"] < 100:
             raise CommandError("--sims must be >= 1 and --n-boot >= 100")
         try:

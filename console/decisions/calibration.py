@@ -2,7 +2,7 @@
 
 Checked by simulation with a known truth, on the same inference code the comparison runs
 (:func:`console.analysis.comparison.compute.inference_stages`) and the same gate
-(``console.decisions.gate``).
+(:mod:`console.decisions.gate`). It lives with the decisions because it evaluates the gate.
 
 The generative model
 --------------------
@@ -43,7 +43,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from console.analysis.comparison.bootstrap import point_stat
+from console.analysis.comparison.compute import inference_stages
 from console.analysis.comparison.spec import DEFAULT_ENDPOINTS
+from console.decisions import gate
 
 METRICS: tuple[tuple[str, str], ...] = (("tpot_s", "p95"), ("tpot_s", "mean"), ("e2e_s", "p95"), ("ttft_s", "p50"))
 REPEATS: tuple[int, ...] = (1, 3, 5)
@@ -101,7 +104,7 @@ def pool_from_results(results: pd.DataFrame, *, source: str) -> Pool:
 
 def pool_shipped() -> Pool:
     """The recording shipped with the project (see the module docstring)."""
-    with resources.files("console.analysis.comparison").joinpath("calibration_pool.csv").open() as f:
+    with resources.files("console.decisions").joinpath("calibration_pool.csv").open() as f:
         results = pd.read_csv(f)
     return pool_from_results(results, source="shipped recording (calibration_pool.csv)")
 
@@ -132,8 +135,6 @@ def _observe(
 
 def truths(pool: Pool, *, effect: float, seed: int) -> dict[tuple[str, str], float]:
     """The population difference (candidate - baseline) of every calibrated statistic."""
-    from console.analysis.comparison.bootstrap import point_stat
-
     if effect == 0:
         return {key: 0.0 for key in METRICS}  # A/A: the same distribution, by construction
     rng = np.random.default_rng(seed)
@@ -182,8 +183,6 @@ def experiment_simulate(pool: Pool, *, n: int, repeats: int, effect: float, rng:
 
 def _gate_latency(inferred: dict[str, Any]) -> tuple[str, str]:
     """(latency criterion status, overall gate) for the simulated candidate."""
-    from console.decisions import gate
-
     paired = inferred["paired"]
     summary = {
         "schema_version": 2,
@@ -212,8 +211,6 @@ def scenario_run(
     pool: Pool, *, n: int, repeats: int, effect: float, sims: int, seed: int, n_boot: int
 ) -> list[dict[str, Any]]:
     """One scenario: ``sims`` simulated experiments; one result row per calibrated metric."""
-    from console.analysis.comparison.compute import inference_stages
-
     truth = truths(pool, effect=effect, seed=seed + 1)
     rng = np.random.default_rng(seed)
     tallies = {k: {"measured": 0, "covered": 0, "significant": 0} for k in METRICS}
