@@ -20,6 +20,7 @@ from console.errors import Conflict
 from console.experiments.models import Experiment
 from console.exports import site_path
 from console.listing import listing
+from console.policies.selectors import policy_export
 from workers.engines.redaction import config_redact, document_redact
 
 
@@ -83,8 +84,6 @@ def decision_new(request: HttpRequest):
             policy_ref = data.get("policy_ref") or ""
             policy = None
             if slice_policy is not None:
-                from console.policies.selectors import policy_export
-
                 policy = policy_export(policy=slice_policy)
                 policy_ref = f"/policies/{slice_policy.pk}/"
             try:
