@@ -3,162 +3,37 @@
 django-ninja reads each operation's type hints (pydantic schemas, ``Path``/``Query``/``Form``/``File``
 parameters, the ``response`` map) and derives from them both the request validation and
 ``/api/openapi.json``: what the document says is what the server checks. Routers live in each app's
-``api.py``; ``console.urls`` mounts them on ``api``.
+``api.py`` and are built from ``console.apikit`` (fields, base models, ``access``); ``console.urls``
+mounts them on ``api``.
 
-Everything here is the glue every operation shares: authentication (bearer token or session + CSRF),
-the permission an operation needs (checked before its body is read), and one JSON error shape,
-``{"error": "<what and where>", "details": ...}``, for every failure.
+Here is what sits above every router: the ``NinjaAPI`` object, its strict JSON parser, and one
+JSON error shape, ``{"error": "<what and where>", "details": ...}``, for every failure, the apps'
+own exceptions (an oversized upload, a signed decision) included. No app imports this module.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import URLPattern, URLResolver, path
 from django.views.decorators.http import require_safe
-from ninja import NinjaAPI, Schema
+from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
-from ninja.security import APIKeyCookie, HttpBearer
-from ninja.utils import check_csrf
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from console.apikit import ApiError, access
+from console.decisions.models import FrozenDecisionError
 from console.errors import Conflict
 from console.jsonutil import strict_loads
-
-# Postgres keys are bigints; anything above cannot name a row (and would overflow the query).
-MAX_ID = 2**63 - 1
-# Postgres text and jsonb cannot hold NUL; refusing it in the schema keeps it out of every query.
-NO_NUL = r"^[^\x00]*$"
-
-Id = Annotated[int, Field(ge=1, le=MAX_ID)]
-# Free text (a rationale, a comment, notes), in characters: longer is a document, not a field.
-LONG_TEXT = 20_000
-
-
-def text(max_length: int | None = None, *, min_length: int | None = None) -> Any:
-    """A NUL-free string, optionally bounded (characters); the bound shows in the schema."""
-    return Annotated[str, StringConstraints(pattern=NO_NUL, max_length=max_length, min_length=min_length)]
-
-
-class ApiError(Exception):
-    """Raised by an operation for a status with a message (and optional structured details)."""
-
-    def __init__(self, status: int, message: str, *, details: Any = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.details = details
-
-
-def row_or_404(queryset: Any, pk: int, *, what: str) -> Any:
-    """The row with primary key ``pk``, or a 404 that names what was looked for."""
-    row = queryset.filter(pk=pk).first()
-    if row is None:
-        raise ApiError(404, f"no {what} {pk}")
-    return row
-
-
-class ErrorOut(Schema):
-    """Every error the API returns."""
-
-    error: str = Field(description="what went wrong, and where")
-    details: Any = Field(None, description="field errors or per-line errors, when there are several")
-
-
-class Open(BaseModel):
-    """An output object: the listed fields are guaranteed, more may follow. (A plain pydantic model:
-    ninja's ``Schema`` reads only the declared fields, and the extra ones are the point here.)"""
-
-    model_config = ConfigDict(extra="allow")
-
-
-class Strict(Schema):
-    """An input object: unknown fields are refused."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-def errors(*codes: int) -> dict[int, type[ErrorOut]]:
-    """The error responses an operation declares (401, 403 and 429 apply to all: a bad or missing
-    token, a missing permission or CSRF token, too many bad tokens from one address)."""
-    return {code: ErrorOut for code in sorted({401, 403, 429, *codes})}
-
-
-# --- authentication and permissions -------------------------------------------------------------
-# LoginRequiredEverywhere resolves the bearer token (one lookup, shared with the schema endpoint)
-# and answers 401 to a request with neither a valid token nor a session. The classes below declare
-# the two schemes in the document and, per operation, check the permission before the body is read.
-
-
-def _admit(request: HttpRequest, *, capability: str | None, before_body: Callable | None) -> Any:
-    if capability and not request.user.has_perm(capability):
-        raise PermissionDenied(f"needs {capability}")
-    if before_body is not None:
-        before_body(request)
-    return request.user
-
-
-class BearerToken(HttpBearer):
-    """``Authorization: Bearer <token>`` (``console create_user --token`` issues one)."""
-
-    def __init__(self, *, capability: str | None = None, before_body: Callable | None = None):
-        super().__init__()
-        self.capability, self.before_body = capability, before_body
-
-    def __call__(self, request: HttpRequest) -> Any:
-        if getattr(request, "api_token_user", None) is None:
-            return None
-        return _admit(request, capability=self.capability, before_body=self.before_body)
-
-    def authenticate(self, request: HttpRequest, token: str) -> Any:  # pragma: no cover - see __call__
-        return getattr(request, "api_token_user", None)
-
-
-class SessionCookie(APIKeyCookie):
-    """The console's login session; writes also need the CSRF token (``X-CSRFToken``)."""
-
-    param_name = settings.SESSION_COOKIE_NAME
-
-    def __init__(self, *, capability: str | None = None, before_body: Callable | None = None):
-        super().__init__(csrf=True)
-        self.capability, self.before_body = capability, before_body
-
-    def __call__(self, request: HttpRequest) -> Any:
-        if getattr(request, "api_token_user", None) is not None or not request.user.is_authenticated:
-            return None
-        user = _admit(request, capability=self.capability, before_body=self.before_body)
-        # After _admit: the CSRF check reads request.POST, so a size limit must already be in place.
-        if check_csrf(request) is not None:
-            raise HttpError(403, "CSRF check failed")
-        return user
-
-    def authenticate(self, request: HttpRequest, key: str | None) -> Any:  # pragma: no cover
-        return request.user if request.user.is_authenticated else None
-
-
-def access(*, capability: str | None = None, before_body: Callable | None = None) -> dict[str, Any]:
-    """Keyword arguments for a router decorator: who may call it, and what runs before the body is read.
-
-    The permission is also written into the document (``x-permission``), which is where the role
-    tests and ``guarded_urls`` find it.
-    """
-    extra = {"x-permission": capability} if capability else {}
-    return {
-        "auth": [
-            BearerToken(capability=capability, before_body=before_body),
-            SessionCookie(capability=capability, before_body=before_body),
-        ],
-        "openapi_extra": extra,
-    }
+from console.traces.errors import TraceError, TraceImportError
+from console.traces.uploads import UploadTooLarge, refused_message
 
 
 class StrictJSONParser(Parser):
@@ -208,8 +83,6 @@ def _field(loc: tuple | list) -> str:
 
 @api.exception_handler(NinjaValidationError)
 def _invalid(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
-    from console.traces.uploads import UploadTooLarge, refused_message
-
     refused = refused_message(request)
     if refused:
         # The size limit stopped the multipart parser, so the file never arrived: say why.
@@ -268,22 +141,16 @@ def _unstorable(request: HttpRequest, exc: DataError) -> HttpResponse:
     return error_response(request, 400, f"a value cannot be stored: {str(exc).splitlines()[0]}")
 
 
-def _too_large(request: HttpRequest, exc: Any) -> HttpResponse:
-    from console.traces.errors import TraceError, TraceImportError
-
+@api.exception_handler(UploadTooLarge)
+def _too_large(request: HttpRequest, exc: UploadTooLarge) -> HttpResponse:
     message = str(exc)
     details = TraceImportError([TraceError(None, None, message, "upload")]).as_dict()
     return error_response(request, 413, message, details)
 
 
-def _register_late_handlers() -> None:
-    from console.decisions.models import FrozenDecisionError
-    from console.traces.uploads import UploadTooLarge
-
-    api.add_exception_handler(UploadTooLarge, _too_large)
-    api.add_exception_handler(
-        FrozenDecisionError, lambda request, exc: error_response(request, 409, str(exc))
-    )
+@api.exception_handler(FrozenDecisionError)
+def _frozen(request: HttpRequest, exc: FrozenDecisionError) -> HttpResponse:
+    return error_response(request, 409, str(exc))
 
 
 # --- URLs ---------------------------------------------------------------------------------------
@@ -297,7 +164,6 @@ def guarded_urls() -> list[URLPattern | URLResolver]:
     """ninja's URL patterns, each wrapped so that a method the document does not list gets a JSON
     405 (as every other error), a scalar query parameter sent twice a 400, and so that the role tests can read ``required_capabilities`` and
     ``allowed_methods`` off each view, both taken from the document itself."""
-    _register_late_handlers()
     doc = api.get_openapi_schema(path_prefix="/api/")
     patterns, _, _ = api.urls
     out: list[URLPattern | URLResolver] = [path("openapi.json", openapi_json, name="openapi")]

@@ -3,13 +3,13 @@ from django.http import HttpRequest, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
+from console.decisions.models import Decision
+from console.experiments.models import Experiment
+from console.traces.models import Trace
+
 
 @require_safe
 def home(request: HttpRequest):
-    from console.decisions.models import Decision
-    from console.experiments.models import Experiment
-    from console.traces.models import Trace
-
     context = {
         "traces": Trace.objects.order_by("-created_at")[:5],
         "experiments": Experiment.objects.order_by("-created_at")[:5],

@@ -1,4 +1,4 @@
-"""Server-side permission checks for page views (the API declares its own: console.api.access)."""
+"""Server-side permission checks for page views (the API declares its own: console.apikit.access)."""
 
 from __future__ import annotations
 

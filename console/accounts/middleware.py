@@ -25,7 +25,7 @@ class LoginRequiredEverywhere:
                     request.user = api_token_authenticate(raw=raw, client_ip=client_address(request))
                 except ApiTokenRejected as exc:
                     return JsonResponse({"error": exc.message}, status=exc.status)
-                # console.api's bearer scheme admits the request on this mark.
+                # console.apikit's bearer scheme admits the request on this mark.
                 request.api_token_user = request.user
                 # A bearer token is not sent automatically by browsers, so CSRF does not apply.
                 request._dont_enforce_csrf_checks = True

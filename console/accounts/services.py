@@ -4,6 +4,7 @@ import secrets
 import socket
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.db import transaction
@@ -11,6 +12,7 @@ from django.utils import timezone
 
 from console.accounts.models import ApiToken, WorkerHeartbeat
 from console.accounts.roles import ROLE_PERMISSIONS, ROLES
+from console.accounts.throttle import minutes_text, throttle_failure_record, throttle_locked_seconds
 
 
 def roles_ensure() -> None:
@@ -50,8 +52,6 @@ def user_role(user) -> str | None:
 def api_token_create(*, user, name: str = "default", days: int | None = None) -> str:
     """Create a token valid for ``days`` (default ``SPECREVIEW_API_TOKEN_DAYS``) and return its key;
     only its digest and first characters are stored, so show it once."""
-    from django.conf import settings
-
     key = secrets.token_urlsafe(32)
     ApiToken.objects.create(
         user=user,
@@ -83,12 +83,6 @@ def api_token_authenticate(*, raw: str, client_ip: str = ""):
     ``SPECREVIEW_LOGIN_MAX_FAILURES`` of them in the window the address gets 429 until it ends.
     Records ``last_used_at`` on success.
     """
-    from console.accounts.throttle import (
-        minutes_text,
-        throttle_failure_record,
-        throttle_locked_seconds,
-    )
-
     parts = (client_ip or "unknown",)
     locked = throttle_locked_seconds(scope=API_TOKEN_SCOPE, parts=parts)
     if locked:

@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from ninja import Field, Path, Router
 
 from console.analysis.selectors import comparison_for_experiment, comparison_state
-from console.api import ApiError, Id, Open, errors, row_or_404
+from console.apikit import ApiError, Id, Open, errors, row_or_404
 from console.experiments.models import Experiment
 
 router = Router(tags=["analysis"])

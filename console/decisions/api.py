@@ -10,7 +10,7 @@ from ninja import Path, Query, Router
 from pydantic import Field, StrictFloat, StrictInt
 
 from console.accounts import roles
-from console.api import LONG_TEXT, MAX_ID, ApiError, Id, Open, Strict, access, errors, row_or_404, text
+from console.apikit import LONG_TEXT, MAX_ID, ApiError, Id, Open, Strict, access, errors, row_or_404, text
 from console.decisions import selectors, services
 from console.decisions.models import Decision
 

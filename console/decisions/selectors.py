@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
+from console.analysis.selectors import comparison_for_experiment
 from console.decisions import archive
 from console.decisions.models import ArchiveRecord, AuditEvent, Decision
 from console.experiments.models import Arm, Experiment
@@ -18,11 +19,7 @@ from workers.engines.redaction import config_redact, document_redact
 
 def decision_comparison(*, experiment: Experiment) -> dict[str, Any] | None:
     """The comparison summary of ``experiment`` from ``console.analysis``, or None when the
-    analysis app does not provide it (yet) or has nothing to compare."""
-    try:
-        from console.analysis.selectors import comparison_for_experiment
-    except ImportError:
-        return None
+    analysis has nothing to compare."""
     summary = comparison_for_experiment(experiment=experiment)
     return dict(summary) if summary else None
 

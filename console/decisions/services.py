@@ -1,5 +1,6 @@
 """Writes: draft, edit, submit, sign (and archive), record exports. Every state change writes an
-audit event with who and when.
+audit event with who and when. What a draft computes is in ``decisions.recompute``, the rollback
+plan it starts with in ``decisions.rollback``, the archive append in ``decisions.archiving``.
 
 Errors: ``DecisionError`` (the request is invalid: a message a user can act on),
 ``FrozenDecisionError`` (a signed decision cannot change), ``PermissionDenied`` (role, or
@@ -12,15 +13,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from console.accounts import roles
 from console.accounts.services import user_role
-from console.analysis.selectors import experiment_fit_assessment
-from console.decisions import archive, checklist, gate, selectors
+from console.decisions import checklist, gate, selectors
+from console.decisions.archiving import archive_record_append
 from console.decisions.limits import decision_text_problems
-from console.decisions.models import ArchiveRecord, AuditEvent, Decision, FrozenDecisionError, SignOff
+from console.decisions.models import AuditEvent, Decision, FrozenDecisionError, SignOff
+from console.decisions.recompute import decision_recompute
+from console.decisions.rollback import DEFAULT_ROLLBACK_STEPS, default_rollback_triggers
 from console.errors import Conflict
 from console.experiments.models import Arm, Experiment
 from console.jsonutil import json_safe
@@ -107,87 +110,15 @@ def _validate_changes(changes: Mapping[str, Any]) -> None:
         raise DecisionError("; ".join(problems))
 
 
-def _gate_settings_checked(settings_in: Mapping[str, Any] | None, *, experiment: Experiment) -> dict[str, Any]:
+def _gate_settings_checked(
+    settings_in: Mapping[str, Any] | None, *, experiment: Experiment
+) -> dict[str, Any]:
     """Gate settings as typed, validated against the gate's rules and the experiment's loads."""
     loads = [str(lv.get("label")) for lv in experiment.load_levels or []]
     try:
         return gate.gate_settings_validate(dict(settings_in or {}), loads=loads)
     except gate.GateSettingsError as exc:
         raise DecisionError("gate_settings: " + "; ".join(exc.errors)) from None
-
-def default_rollback_triggers(*, facts: Mapping[str, Any], traffic_class: str) -> list[dict[str, Any]]:
-    """Triggers pre-filled from evidence: the promised class's p95 TPOT above the baseline's
-    (seconds, over 10 minutes), the acceptance rate under 80% of the lowest measured (fraction,
-    over 10 minutes) and any schema-validity regression (count, over 5 minutes)."""
-    triggers: list[dict[str, Any]] = []
-    tpot = [
-        r
-        for r in facts.get("comparisons") or []
-        if r.get("metric") == "tpot_s" and r.get("stat") == "p95" and r.get("traffic_class") == traffic_class
-    ]
-    if tpot and isinstance(tpot[0].get("base"), int | float):
-        triggers.append(
-            {
-                "metric": f"p95 TPOT ({traffic_class})",
-                "op": ">",
-                "threshold": round(float(tpot[0]["base"]), 6),
-                "unit": "s",
-                "window_min": 10,
-            }
-        )
-    rate = facts.get("acceptance_rate_min")
-    if isinstance(rate, int | float) and rate > 0:
-        triggers.append(
-            {
-                "metric": "acceptance rate (80% of the lowest measured)",
-                "op": "<",
-                "threshold": round(0.8 * float(rate), 3),
-                "unit": "fraction",
-                "window_min": 10,
-            }
-        )
-    triggers.append(
-        {"metric": "schema-validity regressions", "op": ">", "threshold": 0, "unit": "count", "window_min": 5}
-    )
-    return triggers
-
-
-def _recompute(decision: Decision, comparison: Mapping[str, Any] | None) -> None:
-    """Refresh the computed parts of a draft: the gate (facts from ``comparison`` when given,
-    else the stored facts, re-evaluated with the current settings) and the checklist."""
-    arm = decision.candidate_arm
-    label = arm.label if arm else None
-    if comparison is not None:
-        hardware = decision.experiment.runs.exclude(hardware={}).values_list("hardware", flat=True)
-        facts = gate.gate_facts_from_summary(
-            comparison,
-            candidate_arm=label,
-            traffic_class=decision.traffic_class,
-            exact_expected=decision.experiment.sampling == "greedy",
-            capacity_bytes=gate.memory_capacity_from_hardware(list(hardware)),
-        )
-        decision.comparison_key = str(comparison.get("key") or "")[:64]
-    else:
-        facts = (decision.gate or {}).get("facts") or {}
-        if facts.get("candidate_arm") != label:
-            facts = gate.gate_facts_from_summary(
-                None, candidate_arm=label, traffic_class=decision.traffic_class
-            )
-    result = gate.gate_evaluate(
-        facts,
-        decision.gate_settings,
-        traffic_class=decision.traffic_class,
-        proposal=decision.proposal,
-        policy=decision.policy if isinstance(decision.policy, dict) else None,
-    )
-    result["facts"] = facts
-    decision.gate = json_safe(result)
-    evidence = selectors.decision_evidence(experiment=decision.experiment, candidate_arm=arm, facts=facts)
-    evidence["rollback"] = selectors.decision_rollback(decision=decision)
-    evidence["fit"] = experiment_fit_assessment(experiment=decision.experiment)
-    decision.checklist = checklist.checklist_merge(
-        checklist.checklist_prefill(evidence), decision.checklist_answers or {}
-    )
 
 
 @transaction.atomic
@@ -231,16 +162,13 @@ def decision_create(
         supersedes=supersedes,
         created_by=author,
         rollback_revert_config=selectors.config_export(baseline.config) if baseline else {},
-        rollback_steps=(
-            "1. Switch the serving config back to the baseline (revert config below).\n"
-            "2. Roll the serving fleet.\n3. Watch the triggers' metrics for one window."
-        ),
+        rollback_steps=DEFAULT_ROLLBACK_STEPS,
     )
-    _recompute(decision, comparison)
+    decision_recompute(decision=decision, comparison=comparison)
     decision.rollback_triggers = default_rollback_triggers(
         facts=decision.gate.get("facts") or {}, traffic_class=traffic_class
     )
-    _recompute(decision, None)
+    decision_recompute(decision=decision, comparison=None)
     decision.save()
     _audit(
         decision=decision,
@@ -267,14 +195,17 @@ def decision_update(
         raise DecisionError(f"not editable: {', '.join(sorted(unknown))}")
     _validate_changes(changes)
     if "gate_settings" in changes:
-        changes = {**changes, "gate_settings": _gate_settings_checked(changes["gate_settings"], experiment=decision.experiment)}
+        changes = {
+            **changes,
+            "gate_settings": _gate_settings_checked(changes["gate_settings"], experiment=decision.experiment),
+        }
     changed = []
     for field, value in changes.items():
         if getattr(decision, field) != value:
             setattr(decision, field, value)
             changed.append(field)
     _validate_arm(decision.experiment, decision.proposal, decision.candidate_arm)
-    _recompute(decision, comparison)
+    decision_recompute(decision=decision, comparison=comparison)
     decision.save()
     _audit(
         decision=decision, action=AuditEvent.Action.EDITED, actor=actor, details={"fields": sorted(changed)}
@@ -307,7 +238,7 @@ def decision_submit(*, decision: Decision, actor: Any) -> Decision:
     decision = Decision.objects.select_for_update().get(pk=decision.pk)
     if decision.status != Decision.Status.DRAFT:
         raise DecisionError(f"decision #{decision.pk} is {decision.status}: only a draft can be submitted")
-    _recompute(decision, None)
+    decision_recompute(decision=decision, comparison=None)
     problems = decision_submit_problems(decision=decision)
     if problems:
         raise DecisionError("; ".join(problems))
@@ -358,20 +289,13 @@ def decision_sign(
     refusal = selectors.decision_sign_refusal(decision=decision, user=signer)
     if refusal:
         raise PermissionDenied(refusal)
-    if verdict not in SIGN_VERDICTS:
-        raise DecisionError(f"verdict must be one of {', '.join(SIGN_VERDICTS)}")
-    if not comment.strip():
-        raise DecisionError("a sign-off needs a comment")
-    texts = {"comment": comment, "conditions": conditions, "override_reason": override_reason}
-    if problems := decision_text_problems(texts):
-        raise DecisionError("; ".join(problems))
-    if verdict == Decision.Status.APPROVED_WITH_CONDITIONS and not conditions.strip():
-        raise DecisionError("approving with conditions needs the conditions")
-    failing = override_required(decision=decision, verdict=verdict)
-    if failing and not override_reason.strip():
-        raise DecisionError(
-            "the gate does not pass (" + ", ".join(failing) + "): approving needs an override reason"
-        )
+    failing = _signoff_checked(
+        decision=decision,
+        verdict=verdict,
+        comment=comment,
+        conditions=conditions,
+        override_reason=override_reason,
+    )
     now = timezone.now()
     try:
         with transaction.atomic():
@@ -399,7 +323,7 @@ def decision_sign(
     decision = Decision.objects.select_related("candidate_arm__config", "created_by", "signoff__signer").get(
         pk=decision.pk
     )
-    record = _archive_append(decision=decision)
+    record = archive_record_append(decision=decision)
     if decision.supersedes_id and verdict != Decision.Status.REJECTED:
         _audit(
             decision=decision.supersedes,  # type: ignore[arg-type]
@@ -410,42 +334,32 @@ def decision_sign(
     return decision
 
 
+def _signoff_checked(
+    *, decision: Decision, verdict: str, comment: str, conditions: str, override_reason: str
+) -> list[str]:
+    """The gate criteria this sign-off overrides (see :func:`override_required`), once the verdict
+    and the texts are valid for it; ``DecisionError`` naming what to fix otherwise."""
+    if verdict not in SIGN_VERDICTS:
+        raise DecisionError(f"verdict must be one of {', '.join(SIGN_VERDICTS)}")
+    if not comment.strip():
+        raise DecisionError("a sign-off needs a comment")
+    texts = {"comment": comment, "conditions": conditions, "override_reason": override_reason}
+    if problems := decision_text_problems(texts):
+        raise DecisionError("; ".join(problems))
+    if verdict == Decision.Status.APPROVED_WITH_CONDITIONS and not conditions.strip():
+        raise DecisionError("approving with conditions needs the conditions")
+    failing = override_required(decision=decision, verdict=verdict)
+    if failing and not override_reason.strip():
+        raise DecisionError(
+            "the gate does not pass (" + ", ".join(failing) + "): approving needs an override reason"
+        )
+    return failing
+
+
 def _signed_already(decision: Decision) -> str:
     signoff = SignOff.objects.select_related("signer").filter(decision_id=decision.pk).first()
     who = f" by {signoff.signer.username} at {selectors.iso_utc(signoff.signed_at)}" if signoff else ""
     return f"decision #{decision.pk} was already signed{who}: your sign-off was not recorded"
-
-
-def _archive_append(*, decision: Decision) -> ArchiveRecord:
-    """Freeze ``decision`` into the next archive record (the caller holds the transaction)."""
-    if connection.vendor == "postgresql":
-        # One writer at a time extends the chain (the unique constraints catch any race anyway).
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtext('specreview.decisions.archive'))")
-    last = ArchiveRecord.objects.order_by("-sequence").first()
-    sequence = last.sequence + 1 if last else 1
-    previous = last.record_sha256 if last else archive.GENESIS
-    text = archive.canonical_json(selectors.decision_bundle(decision=decision))
-    bundle_sha = archive.sha256_text(text)
-    archived_at = timezone.now()
-    archived_iso = selectors.iso_utc(archived_at)
-    record = ArchiveRecord(
-        sequence=sequence,
-        decision=decision,
-        bundle=text,
-        bundle_sha256=bundle_sha,
-        previous_sha256=previous,
-        archived_at=archived_at,
-        record_sha256=archive.record_hash(
-            sequence=sequence,
-            decision_id=decision.pk,
-            bundle_sha256=bundle_sha,
-            previous_sha256=previous,
-            archived_at=archived_iso,
-        ),
-    )
-    record.save()
-    return record
 
 
 def decision_export_record(*, decision: Decision, actor: Any, fmt: str) -> AuditEvent:

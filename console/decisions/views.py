@@ -13,13 +13,14 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from console.accounts import roles
 from console.accounts.access import capability_required
-from console.decisions import export, selectors, services
+from console.decisions import export, pdf, selectors, services
 from console.decisions.forms import ArchiveFilterForm, DecisionCreateForm, DecisionEditForm, SignOffForm
 from console.decisions.models import Decision, FrozenDecisionError
 from console.errors import Conflict
 from console.experiments.models import Experiment
 from console.exports import site_path
 from console.listing import listing
+from console.policies.selectors import policy_export
 from workers.engines.redaction import config_redact, document_redact
 
 
@@ -83,8 +84,6 @@ def decision_new(request: HttpRequest):
             policy_ref = data.get("policy_ref") or ""
             policy = None
             if slice_policy is not None:
-                from console.policies.selectors import policy_export
-
                 policy = policy_export(policy=slice_policy)
                 policy_ref = f"/policies/{slice_policy.pk}/"
             try:
@@ -260,7 +259,7 @@ def decision_export_markdown(request: HttpRequest, pk: int):
 @require_safe
 def decision_export_pdf(request: HttpRequest, pk: int):
     decision = _decision(pk)
-    body = export.decision_pdf(decision=decision)
+    body = pdf.decision_pdf(decision=decision)
     services.decision_export_record(decision=decision, actor=request.user, fmt="pdf")
     response = HttpResponse(body, content_type="application/pdf")
     response["Content-Disposition"] = f'attachment; filename="decision-{decision.pk}.pdf"'

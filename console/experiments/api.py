@@ -12,7 +12,7 @@ from pydantic import Field
 from console.accounts.access import owner_or_approver_required
 from console.accounts.roles import RUN_EXPERIMENT
 from console.analysis.selectors import experiment_fit_assessment
-from console.api import LONG_TEXT, ApiError, Id, Open, Strict, access, errors, row_or_404, text
+from console.apikit import LONG_TEXT, ApiError, Id, Open, Strict, access, errors, row_or_404, text
 from console.experiments.models import Experiment
 from console.experiments.selectors import experiment_status_payload
 from console.experiments.services import (

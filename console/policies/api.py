@@ -8,7 +8,7 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Path, Query, Router
 
-from console.api import MAX_ID, ApiError, Id, Open, errors, row_or_404
+from console.apikit import MAX_ID, ApiError, Id, Open, errors, row_or_404
 from console.experiments.models import Experiment
 from console.policies import deploy
 from console.policies.models import SlicePolicy

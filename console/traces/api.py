@@ -9,7 +9,7 @@ from django.http import HttpRequest
 from ninja import File, Form, Path, Query, Router, Status, UploadedFile
 
 from console.accounts.roles import UPLOAD_TRACE
-from console.api import ApiError, Id, Open, access, errors, text
+from console.apikit import ApiError, Id, Open, access, errors, text
 from console.traces import selectors
 from console.traces.errors import TraceImportError
 from console.traces.models import Trace

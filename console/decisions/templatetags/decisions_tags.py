@@ -7,7 +7,7 @@ from django import template
 from django.utils.html import escape, format_html
 from django.utils.safestring import mark_safe
 
-from console.decisions.export import STATUS_LABEL, _fmt
+from console.decisions.export import STATUS_LABEL, value_text
 
 register = template.Library()
 
@@ -15,7 +15,7 @@ register = template.Library()
 @register.filter
 def gate_value(number: dict[str, Any]) -> str:
     """A gate number row ``{"value", "unit"}`` as text (GiB for bytes, % for fractions)."""
-    return _fmt(number.get("value"), number.get("unit", ""))
+    return value_text(number.get("value"), number.get("unit", ""))
 
 
 @register.filter
