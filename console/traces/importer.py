@@ -23,7 +23,7 @@ from console.traces.parsers import PARSERS, PROMPTS, REQUESTS, TIMING, ParseCont
 from console.traces.sessions import SessionChecker, ThinkTimeSpec
 from console.traces.splits import split_assigner, split_trace_key
 from console.traces.tokens import ESTIMATE_NAME, TokenCounter, prompt_tokens
-from console.traces.validation import request_semantic_errors, request_validator
+from console.traces.validation import request_schema_errors, request_semantic_errors
 
 ROW_FIELDS = (
     "position",
@@ -209,7 +209,6 @@ class TraceBuilder:
         ids = self._ids
         errors = self.errors
         add_error = errors.add
-        validate = request_validator()
         sessions = self.sessions
         session_lines = sessions.lines
         error_list = errors.errors
@@ -257,8 +256,7 @@ class TraceBuilder:
                 if timing:
                     self._pair(record)
                 # validation: the schema, then what a schema cannot say
-                problems: list[tuple[str, str]] = []
-                validate(data, "", problems)
+                problems = request_schema_errors(data)
                 if not problems:
                     problems = request_semantic_errors(data, max_tokens_ceiling=ceiling)
                 request_id = str(data.get("id"))

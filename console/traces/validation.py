@@ -363,15 +363,16 @@ def _equal(a: Any, b: Any) -> bool:
 
 
 @cache
-def request_validator() -> Check:
+def _request_validator() -> Check:
     """The compiled native request schema (compiled once per process)."""
     return SchemaCompiler(request_schema()).compile()
 
 
 def request_schema_errors(record: Any) -> Errors:
-    """Schema errors for one decoded native line, as (field path, message), in document order."""
+    """Schema errors for one decoded native line, as (field path, message), in document order: the
+    check every imported request passes first (then ``request_semantic_errors``)."""
     errors: Errors = []
-    request_validator()(record, "", errors)
+    _request_validator()(record, "", errors)
     return errors
 
 
