@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import json.encoder
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,9 +45,37 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def canonical_json(value: Any) -> str:
-    """Sorted keys, no whitespace, NaN refused: the form that is hashed."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+def _canonical_encoder(*, ensure_ascii: bool, allow_nan: bool) -> Callable[[Any, int], Sequence[str]]:
+    """The C encoder ``json.dumps(value, sort_keys=True, separators=(",", ":"), ...)`` builds on every
+    call (about half its cost on a small value), built once: it gives the text in chunks, with the
+    bytes and errors of ``json.dumps``, but keeps no circular-reference bookkeeping (a JSON value
+    cannot be circular; a cycle raises RecursionError, as nesting too deep does)."""
+    make = json.encoder.c_make_encoder  # type: ignore[attr-defined]
+    if make is None:  # no C accelerator (PyPy, some builds): json.dumps itself, in one chunk
+        options: dict[str, Any] = {"sort_keys": True, "separators": (",", ":")}
+        options.update(ensure_ascii=ensure_ascii, allow_nan=allow_nan)
+        return lambda value, _level: (json.dumps(value, **options),)
+    encode_str = json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
+    not_json = json.JSONEncoder().default  # raises TypeError, as json.dumps does
+    return make(None, not_json, encode_str, None, ":", ",", True, False, allow_nan)
+
+
+_CANONICAL = {
+    (ensure_ascii, allow_nan): _canonical_encoder(ensure_ascii=ensure_ascii, allow_nan=allow_nan)
+    for ensure_ascii in (False, True)
+    for allow_nan in (False, True)
+}
+
+
+def canonical_json(value: Any, *, ensure_ascii: bool = False, allow_nan: bool = False) -> str:
+    """Sorted keys, no whitespace: the form that is hashed and compared.
+
+    The default (non-ASCII written as is, NaN and infinities refused with ValueError) is what is
+    stored and hashed: config hashes, router documents, decision bundles, trace requests.
+    ``ensure_ascii`` writes non-ASCII as ``\\u`` escapes and ``allow_nan`` writes ``NaN`` and
+    ``Infinity`` (not JSON); both together are ``json.dumps``'s own defaults, the bytes of grading's
+    in-memory keys. A value that is not JSON (a set, an object) raises TypeError."""
+    return "".join(_CANONICAL[ensure_ascii, allow_nan](value, 0))
 
 
 def _refuse_constant(name: str) -> Any:

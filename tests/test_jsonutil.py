@@ -90,3 +90,13 @@ def test_stored_hashes_do_not_move():
         "x": 0.30000000000000004,
     }
     assert policy_router.document_sha256(document) == "a68c2600c4e3c3296f133c7ffdd3216942e50ea5847ce0a1af3adb79a9ccf824"
+
+
+def test_the_in_memory_form_escapes_non_ascii_and_spells_nan_as_json_dumps_does():
+    # grading's call-match and cache keys: json.dumps's own defaults, sorted and without spaces
+    value = {"é": [float("nan"), float("-inf"), 0.1], "a": "x\u2028"}
+    text = canonical_json(value, ensure_ascii=True, allow_nan=True)
+    assert text == '{"a":"x\\u2028","\\u00e9":[NaN,-Infinity,0.1]}'
+    assert text == json.dumps(value, sort_keys=True, separators=(",", ":"))
+    with pytest.raises(TypeError):
+        canonical_json({"s": {1, 2}})

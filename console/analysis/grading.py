@@ -46,6 +46,7 @@ from scipy.stats import norm
 from console.analysis.quality import json_parse, request_failed, tool_calls_parse
 from console.analysis.quality_pairs import quality_counts
 from console.analysis.sandbox import new_marker, run_python
+from console.jsonutil import canonical_json
 
 KINDS: tuple[str, ...] = ("math", "code", "tool_call", "json")
 CODE_TIMEOUT_S = 5.0
@@ -141,10 +142,10 @@ def grade_code(
 
 
 def _canonical(value: Any) -> str:
-    # Not console.jsonutil.canonical_json: that one refuses NaN and writes non-ASCII as is, where
-    # a model's tool arguments may hold NaN (Python's parser accepts it) and this form is only
-    # compared and hashed in memory; its bytes stay those of the cache keys it always made.
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    # NaN allowed and non-ASCII escaped (json.dumps's defaults), not the stored form: a model's tool
+    # arguments may hold NaN (Python's parser accepts it) and this text is only compared and hashed
+    # in memory; its bytes stay those of the cache keys it always made.
+    return canonical_json(value, ensure_ascii=True, allow_nan=True)
 
 
 def _call_arguments(call: Mapping[str, Any]) -> Any:

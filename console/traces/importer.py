@@ -9,14 +9,13 @@ per request is one id string (duplicate check); the file's content is never held
 from __future__ import annotations
 
 import hashlib
-import json
-import json.encoder
 import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from console.jsonutil import canonical_json
 from console.traces.arrivals import ArrivalSpec, arrival_spec_parse, arrivals_generate
 from console.traces.errors import ErrorLog
 from console.traces.pairing import PromptPool
@@ -24,7 +23,7 @@ from console.traces.parsers import PARSERS, PROMPTS, REQUESTS, TIMING, ParseCont
 from console.traces.sessions import SessionChecker, ThinkTimeSpec
 from console.traces.splits import split_assigner, split_trace_key
 from console.traces.tokens import ESTIMATE_NAME, TokenCounter, prompt_tokens
-from console.traces.validation import request_semantic_errors, request_validator
+from console.traces.validation import request_schema_errors, request_semantic_errors
 
 ROW_FIELDS = (
     "position",
@@ -110,31 +109,6 @@ class Summary:
             "duration_s": round(span, 3),
             "mean_rate_rps": round(rate, 4) if math.isfinite(rate) else None,
         }
-
-
-# allow_nan=False: a non-finite number (1e999 parses to inf; Parquet holds NaN) raises ValueError,
-# reported on its line, where a jsonb column would refuse it at commit.
-_ENCODER = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-# ``_ENCODER.encode`` builds a new C encoder on every call (about half its cost on a small value):
-# this one is built once, with the same settings and no circular-reference bookkeeping (decoded
-# JSON cannot be circular). Anything it refuses goes to ``_ENCODER.encode`` for the exact error.
-_C_ENCODE = (
-    json.encoder.c_make_encoder(  # type: ignore[attr-defined]
-        None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
-    )
-    if json.encoder.c_make_encoder is not None  # type: ignore[attr-defined]
-    else None
-)
-
-
-def _canonical(value: Any) -> str:
-    """Canonical JSON text: sorted keys, no spaces, non-ASCII kept (the text the content hash covers)."""
-    if _C_ENCODE is not None:
-        try:
-            return "".join(_C_ENCODE(value, 0))
-        except Exception:  # noqa: BLE001, S110 - the reference encoder below raises the precise error
-            pass
-    return _ENCODER.encode(value)
 
 
 class TraceBuilder:
@@ -235,11 +209,10 @@ class TraceBuilder:
         ids = self._ids
         errors = self.errors
         add_error = errors.add
-        validate = request_validator()
         sessions = self.sessions
         session_lines = sessions.lines
         error_list = errors.errors
-        canonical = _canonical
+        canonical = canonical_json
         sha256 = hashlib.sha256
         from_bytes = int.from_bytes
         content_hash = self.content_hash
@@ -283,8 +256,7 @@ class TraceBuilder:
                 if timing:
                     self._pair(record)
                 # validation: the schema, then what a schema cannot say
-                problems: list[tuple[str, str]] = []
-                validate(data, "", problems)
+                problems = request_schema_errors(data)
                 if not problems:
                     problems = request_semantic_errors(data, max_tokens_ceiling=ceiling)
                 request_id = str(data.get("id"))
@@ -357,7 +329,9 @@ class TraceBuilder:
                 temperature, top_p, seed = data.get("temperature"), data.get("top_p"), data.get("seed")
                 if type(seed) is float:
                     seed = int(seed)  # an integral float (5.0) passes the schema; the column is an integer
-                # JSON columns serialised once, canonically: for COPY and for the content hash
+                # JSON columns serialised once, canonically: for COPY and for the content hash. A number
+                # that is not finite (Parquet holds NaN; 1e999 is inf) raises ValueError: reported on
+                # its line, where a jsonb column would refuse it at commit
                 field = "messages"
                 try:
                     messages_text = None if messages is None else canonical(messages)

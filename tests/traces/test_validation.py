@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from console.traces.schema import request_schema
-from console.traces.validation import SchemaCompiler, embedded_schema_problem, request_schema_errors
+from console.traces.schema.compiler import SchemaCompiler
+from console.traces.validation import embedded_schema_problem, request_schema_errors
 
 REFERENCE = jsonschema.Draft202012Validator(request_schema())
 

@@ -1,4 +1,4 @@
-"""The JSON Schema of one native trace line; the validator compiles it (console/traces/validation.py)."""
+"""The JSON Schema of one native trace line; compiler.py compiles it into the check validation.py runs."""
 
 from __future__ import annotations
 
