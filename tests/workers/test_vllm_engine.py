@@ -372,7 +372,8 @@ def _speculative_bundle(spec: dict[str, Any], *, prompts: int = 3, replay: bool 
         versions = engine.versions()
         replayed = None
         if replay:
-            from workers.replay import RequestSpec, replay_run_sync
+            from workers.replay.records import RequestSpec
+            from workers.replay.run import replay_run_sync
 
             specs = [
                 RequestSpec(request=r, arrival_s=0.02 * i) for i, r in enumerate(_real_prompts()[:prompts])
