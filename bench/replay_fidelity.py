@@ -5,7 +5,7 @@ own process; it timestamps every request line on arrival with perf_counter (CLOC
 shared across processes). Then, for each constant rate (50, 200 and 1000 requests/s by
 default, 2,000 requests or 10 s each, whichever is fewer), it drives the same server with:
 
-- specreview's replay (workers/replay.py through the openai engine),
+- specreview's replay (workers/replay/ through the openai engine),
 - ``vllm bench serve`` (``--burstiness inf``: constant gaps), if vLLM is installed,
 - GuideLLM (``guidellm run --profile kind=constant,rate=R``), if installed,
 
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
@@ -44,7 +43,9 @@ sys.path.insert(0, str(ROOT))
 from tests.support.stream_server import Script, ServerProcess, stream_server_spawn  # noqa: E402
 from workers.engines.base import EngineConfig, EngineRequest  # noqa: E402
 from workers.engines.openai_http import OpenAIEngine  # noqa: E402
-from workers.replay import RequestSpec, percentile, replay_run_sync  # noqa: E402
+from workers.engines.servers import OpenAIAccess, openai_access_register  # noqa: E402
+from workers.replay.records import RequestSpec, percentile  # noqa: E402
+from workers.replay.run import replay_run_sync  # noqa: E402
 
 MODEL = "scripted"
 TOOL_TIMEOUT_S = 300
@@ -89,8 +90,9 @@ def row_fill(*, row: Row, arrivals: list[float], rate: float) -> Row:
 
 def run_specreview(*, server: ServerProcess, rate: float, n: int) -> Row:
     engine = OpenAIEngine()
-    # Registered as an operator would (no Django here: the engine reads the environment).
-    os.environ["SPECREVIEW_OPENAI_SERVERS"] = json.dumps({"bench": server.base_url})
+    # Registered as an operator would (no Django here: the script registers the server itself).
+    bench = {"bench": {"url": server.base_url.rstrip("/"), "credential": ""}}
+    openai_access_register(lambda: OpenAIAccess(servers=bench))
     engine.start(EngineConfig(engine="openai", target_model=MODEL, engine_args={"server": "bench"}))
     specs = [
         RequestSpec(

@@ -32,7 +32,8 @@ from workers.engines import EngineConfig, EngineError, EngineRequest, engine_cre
 from workers.engines.redaction import text_scrub
 from workers.engines.servers import credential_values
 from workers.hardware import hardware_describe
-from workers.replay import ReplayResult, RequestSpec, replay_run
+from workers.replay.records import ReplayResult, RequestSpec
+from workers.replay.run import replay_run
 
 log = logging.getLogger(__name__)
 WRITE_TRIES = 2  # a results write that lost its database connection is tried once more

@@ -745,7 +745,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     server.model = args.model
 
-    from workers.replay import LATENCY_SLICE_S, sched_slice_set
+    from workers.replay.timing import LATENCY_SLICE_S, sched_slice_set
 
     # The server is the benchmarks' clock: let it run as soon as a request arrives.
     sched_slice_set(slice_s=LATENCY_SLICE_S)

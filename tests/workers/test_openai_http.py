@@ -18,13 +18,10 @@ from tests.support.stream_server import (
 )
 from workers.engines import engine_create
 from workers.engines.base import EngineConfig, EngineError, EngineRequest
-from workers.engines.openai_http import (
-    OpenAIEngine,
-    prometheus_kv_state,
-    prometheus_spec_counters,
-    spec_request_metrics,
-)
-from workers.replay import RequestSpec, replay_run_sync
+from workers.engines.openai_http import OpenAIEngine
+from workers.engines.openai_metrics import prometheus_kv_state, prometheus_spec_counters, spec_request_metrics
+from workers.replay.records import RequestSpec
+from workers.replay.run import replay_run_sync
 
 
 @pytest.fixture(scope="module")

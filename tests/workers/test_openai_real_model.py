@@ -14,7 +14,8 @@ import pytest
 from tests.support.stream_server import stream_server_start
 from workers.engines.base import EngineConfig, EngineRequest
 from workers.engines.openai_http import OpenAIEngine
-from workers.replay import RequestSpec, replay_run_sync
+from workers.replay.records import RequestSpec
+from workers.replay.run import replay_run_sync
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 

@@ -20,7 +20,8 @@ import pytest
 
 from workers.engines.base import EngineConfig, EngineRequest
 from workers.engines.openai_http import OpenAIEngine
-from workers.replay import RequestSpec, replay_run_sync
+from workers.replay.records import RequestSpec
+from workers.replay.run import replay_run_sync
 
 pytestmark = [pytest.mark.vllm, pytest.mark.model, pytest.mark.slow]
 
@@ -145,7 +146,7 @@ def _counters_settled(engine, before, records, timeout_s=10.0):
     """The counter deltas since ``before`` once they include every recorded step: vLLM's API
     process updates its Prometheus counters from the engine's stats a moment after it streamed
     the last event."""
-    from workers.replay import counters_delta
+    from workers.replay.records import counters_delta
 
     want = sum(len(r.drafted) for r in records)
     deadline = time.monotonic() + timeout_s

@@ -11,7 +11,9 @@ import pytest
 from tests.support.stream_server import Script, script_prompt, stream_server_spawn
 from workers.engines.base import EngineConfig, EngineRequest
 from workers.engines.openai_http import OpenAIEngine
-from workers.replay import TICK_S, RequestSpec, counters_delta, percentile, replay_run_sync
+from workers.replay.records import RequestSpec, counters_delta, percentile
+from workers.replay.run import replay_run_sync
+from workers.replay.timing import TICK_S
 
 
 @pytest.fixture(scope="module")
@@ -265,7 +267,7 @@ def test_it_interpolates_percentiles_like_numpy():
 
 
 def test_it_sets_and_restores_the_threads_scheduler_slice():
-    from workers.replay import sched_slice_set
+    from workers.replay.timing import sched_slice_set
 
     previous = sched_slice_set(slice_s=0.0002)
     if previous is None:

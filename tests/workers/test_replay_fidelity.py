@@ -22,7 +22,8 @@ import pytest
 from tests.support.stream_server import Script, script_prompt, stream_server_spawn
 from workers.engines.base import EngineConfig, EngineRequest
 from workers.engines.openai_http import OpenAIEngine
-from workers.replay import RequestSpec, percentile, replay_run_sync
+from workers.replay.records import RequestSpec, percentile
+from workers.replay.run import replay_run_sync
 
 BOUND_S = 0.002
 P95_S = 0.005

@@ -22,7 +22,9 @@ import pytest
 from tests.support.stream_server import Script, script_prompt, stream_server_spawn
 from workers.engines.base import EngineConfig, EngineRequest
 from workers.engines.openai_http import OpenAIEngine
-from workers.replay import RequestSpec, percentile, replay_run_sync, turn_request
+from workers.replay.records import RequestSpec, percentile
+from workers.replay.run import replay_run_sync
+from workers.replay.schedule import turn_request
 
 THINK_BOUND_S = 0.005  # the bound on (turn k + 1 arrival) - (turn k finish) - think time
 WORST_S = 0.025  # the worst case on a loaded shared machine (as the fidelity tests allow)

@@ -21,7 +21,9 @@ import pytest
 
 from workers.engines import engine_class
 from workers.engines.base import EngineConfig, EngineError, EngineRequest
-from workers.engines.vllm import REQUIRED_SPEC_KEYS, SUPPORTED_METHODS, VLLMEngine, output_chunks
+from workers.engines.vllm import VLLMEngine
+from workers.engines.vllm_config import REQUIRED_SPEC_KEYS, SUPPORTED_METHODS
+from workers.engines.vllm_stream import output_chunks
 
 SMOL = "smollm2-135m"
 K = 3
@@ -248,7 +250,7 @@ def test_it_allows_only_engine_args_this_vllm_has():
     _need_vllm()
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    from workers.engines.vllm import ALLOWED_ENGINE_ARGS
+    from workers.engines.vllm_config import ALLOWED_ENGINE_ARGS
 
     fields = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
     assert ALLOWED_ENGINE_ARGS <= fields, sorted(ALLOWED_ENGINE_ARGS - fields)
@@ -370,7 +372,8 @@ def _speculative_bundle(spec: dict[str, Any], *, prompts: int = 3, replay: bool 
         versions = engine.versions()
         replayed = None
         if replay:
-            from workers.replay import RequestSpec, replay_run_sync
+            from workers.replay.records import RequestSpec
+            from workers.replay.run import replay_run_sync
 
             specs = [
                 RequestSpec(request=r, arrival_s=0.02 * i) for i, r in enumerate(_real_prompts()[:prompts])

@@ -18,6 +18,10 @@ Each verification step reaches the consumer as ONE chunk carrying every token it
 accepted, timestamped once with ``time.perf_counter()``, with ``drafted``/``accepted``
 counted by ``hf_seam``. Generation runs in a single worker thread, so concurrent
 ``stream`` calls queue in arrival order: that is this engine's real capacity.
+
+This module is the engine's lifecycle, requests and counters; its parts each have a module:
+``hf_config`` (accepted configs, the speculative plan), ``hf_load`` (device and models),
+``hf_streamer`` (steps as events) and ``hf_seam`` (per-step acceptance counts).
 """
 
 from __future__ import annotations
@@ -25,163 +29,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+import psutil
+
+from workers.catalog import model_check, model_marker, model_resolve
 from workers.dtype import DtypeChoice, dtype_choose
 
-from .base import Chunk, EngineConfig, EngineError, EngineRequest, validate_speculative_config
-
-SUPPORTED_METHODS: dict[str, set[str]] = {
-    "ngram": {"num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"},
-    "draft_model": {"model", "num_speculative_tokens", "draft_length_schedule", "draft_confidence_threshold"},
-}
-ENGINE_ARGS = {"dtype", "num_threads", "device"}
-DTYPES = {
-    "auto": "auto",
-    "float32": "float32",
-    "fp32": "float32",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float16": "float16",
-    "fp16": "float16",
-}
-SCHEDULES = {"constant", "heuristic", "dynamic"}
-# vLLM's ngram defaults, so one config means the same thing on both engines.
-VLLM_PROMPT_LOOKUP_DEFAULT = 5
-DEFAULT_CONFIDENCE = 0.4
+from .base import Chunk, EngineConfig, EngineError, EngineRequest
+from .hf_config import DTYPES, SpecPlan, engine_args_check, spec_plan
+from .hf_load import device_prepare, model_load, model_with_tokenizer_load
+from .hf_streamer import ChunkStreamer
 
 _END = object()
-
-
-@dataclass(frozen=True)
-class SpecPlan:
-    """A validated speculative config, in transformers' terms."""
-
-    method: str
-    k: int
-    lookup_min: int | None = None
-    lookup_max: int | None = None
-    draft: str | None = None
-    schedule: str = "constant"
-    confidence: float | None = None
-
-
-def _plan(spec: dict[str, Any] | None) -> SpecPlan | None:
-    validate_speculative_config(spec, supported=SUPPORTED_METHODS, engine="hf")
-    if spec is None:
-        return None
-    method = spec["method"]
-    k = spec.get("num_speculative_tokens")
-    if k is None:
-        raise EngineError(f"speculative_config.num_speculative_tokens is required for method {method!r}")
-    if method == "ngram":
-        lo, hi = spec.get("prompt_lookup_min"), spec.get("prompt_lookup_max")
-        for key, value in (("prompt_lookup_min", lo), ("prompt_lookup_max", hi)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise EngineError(f"speculative_config.{key} must be an integer >= 1, got {value!r}")
-        if lo is None and hi is None:
-            lo = hi = VLLM_PROMPT_LOOKUP_DEFAULT
-        elif lo is None:
-            lo = hi
-        elif hi is None:
-            hi = lo
-        assert lo is not None and hi is not None
-        if lo > hi:
-            raise EngineError(f"speculative_config.prompt_lookup_min ({lo}) exceeds prompt_lookup_max ({hi})")
-        return SpecPlan(method=method, k=k, lookup_min=lo, lookup_max=hi)
-    draft = spec.get("model")
-    if not isinstance(draft, str) or not draft:
-        raise EngineError("speculative_config.model (the draft model) is required for method 'draft_model'")
-    schedule = spec.get("draft_length_schedule", "constant")
-    if schedule not in SCHEDULES:
-        raise EngineError(
-            f"speculative_config.draft_length_schedule must be one of {sorted(SCHEDULES)}, got {schedule!r}"
-        )
-    confidence = spec.get("draft_confidence_threshold")
-    if confidence is not None:
-        if schedule != "dynamic":
-            raise EngineError(
-                "speculative_config.draft_confidence_threshold needs draft_length_schedule 'dynamic'"
-            )
-        if not isinstance(confidence, int | float) or isinstance(confidence, bool) or not 0 < confidence < 1:
-            raise EngineError(
-                f"speculative_config.draft_confidence_threshold must be in (0, 1), got {confidence!r}"
-            )
-    if schedule == "dynamic" and confidence is None:
-        confidence = DEFAULT_CONFIDENCE
-    return SpecPlan(method=method, k=k, draft=draft, schedule=schedule, confidence=confidence)
-
-
-def _check_engine_args(args: dict[str, Any]) -> None:
-    unknown = set(args) - ENGINE_ARGS
-    if unknown:
-        raise EngineError(
-            f"engine_args {sorted(unknown)} are not understood by the hf engine; known: {sorted(ENGINE_ARGS)}"
-        )
-    if "dtype" in args and args["dtype"] not in DTYPES:
-        raise EngineError(f"engine_args.dtype must be one of {sorted(DTYPES)}, got {args['dtype']!r}")
-    if DTYPES.get(args.get("dtype", "auto")) == "float16" and args.get("device", "cpu") != "cuda":
-        raise EngineError("engine_args.dtype 'float16' needs device 'cuda' (CPUs have no fast float16 path)")
-    threads = args.get("num_threads")
-    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-        raise EngineError(f"engine_args.num_threads must be an integer >= 1, got {threads!r}")
-    if args.get("device", "cpu") not in {"cpu", "cuda"}:
-        raise EngineError(f"engine_args.device must be 'cpu' or 'cuda', got {args['device']!r}")
-
-
-def _available_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-class _ChunkStreamer:
-    """A transformers streamer turning each ``put`` (one decoding or verification step) into one event.
-
-    Runs in the generation thread; ``emit`` hands events to the event loop. The first ``put``
-    is the prompt and is skipped. Finality is known at ``put`` time (EOS or the token budget
-    are the only stopping criteria we set), so the last chunk carries its finish_reason.
-    """
-
-    def __init__(self, *, emit: Callable[[Any], None], eos_ids: set[int], max_tokens: int, recorder: Any):
-        self.emit = emit
-        self.eos_ids = eos_ids
-        self.max_tokens = max_tokens
-        self.recorder = recorder
-        self.generated = 0
-        self.prompt_seen = False
-        self.prompt_tokens: int | None = None  # the templated prompt's length, told with the first chunk
-
-    def put(self, value: Any) -> None:
-        t = time.perf_counter()
-        if not self.prompt_seen:
-            self.prompt_seen = True
-            self.prompt_tokens = int(value.numel())
-            return
-        ids = [int(x) for x in value.reshape(-1).tolist()]
-        self.generated += len(ids)
-        drafted = accepted = None
-        if self.recorder is not None:
-            drafted = self.recorder.pending_drafted() or 0
-            accepted = len(ids) - 1  # cross-checked against num_matches in hf_seam
-        finish = None
-        if ids and ids[-1] in self.eos_ids:
-            finish = "stop"
-        elif self.generated >= self.max_tokens:
-            finish = "length"
-        prompt_tokens, self.prompt_tokens = self.prompt_tokens, None
-        self.emit((ids, t, drafted, accepted, finish, prompt_tokens))
-
-    def end(self) -> None:
-        pass
 
 
 class HFEngine:
@@ -215,12 +79,10 @@ class HFEngine:
         Raises EngineError with a message a user can act on (a missing model names the
         ``python manage.py models fetch NAME`` command).
         """
-        from workers.catalog import model_check
-
         if config.engine != cls.kind:
             raise EngineError(f"config is for engine {config.engine!r}, not 'hf'")
-        _check_engine_args(config.engine_args or {})
-        plan = _plan(config.speculative_config)
+        engine_args_check(config.engine_args or {})
+        plan = spec_plan(config.speculative_config)
         model_check(name_or_path=config.target_model)
         if plan is not None and plan.draft is not None:
             model_check(name_or_path=plan.draft)
@@ -233,35 +95,14 @@ class HFEngine:
 
         import torch
         import transformers
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from workers.catalog import model_marker, model_resolve
-
+        # seam: hf_seam imports transformers (heavy) at its top; a config check must not load it
         from .hf_seam import seam_check_version
 
         if plan is not None:
             seam_check_version()
         args = config.engine_args or {}
-        device = args.get("device", "cpu")
-        if device == "cuda" and not torch.cuda.is_available():
-            raise EngineError("engine_args.device is 'cuda' but no CUDA device is visible")
-        if device == "cpu":
-            torch.set_num_threads(args.get("num_threads") or _available_cpus())
-
-        def load_model(folder: Path, name: str, dtype: Any) -> Any:
-            try:
-                model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True)
-            except (OSError, ValueError) as exc:
-                raise EngineError(f"could not load model {name!r} from {folder}: {exc}") from exc
-            return model.to(device).eval()
-
-        def load(name: str, dtype: Any) -> tuple[Any, Any, Path]:
-            folder = model_resolve(name_or_path=name)
-            try:
-                tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-            except (OSError, ValueError) as exc:
-                raise EngineError(f"could not load model {name!r} from {folder}: {exc}") from exc
-            return load_model(folder, name, dtype), tok, folder
+        device = device_prepare(args)
 
         t0 = time.perf_counter()
         target_folder = model_resolve(name_or_path=config.target_model)
@@ -271,13 +112,17 @@ class HFEngine:
             device=device,
             # The cached folder's source hash names the weights, wherever the folder lives.
             model_id=f"{config.target_model}@{target_sha or target_folder}",
-            load=lambda name: load_model(target_folder, config.target_model, getattr(torch, name)),
+            load=lambda name: model_load(
+                folder=target_folder, name=config.target_model, dtype=getattr(torch, name), device=device
+            ),
             threads=torch.get_num_threads(),
         )
         probe_s = time.perf_counter() - t0
         dtype = getattr(torch, self._dtype_choice.dtype)
         t0 = time.perf_counter()
-        self._model, self._tokenizer, folder = load(config.target_model, dtype)
+        self._model, self._tokenizer, _ = model_with_tokenizer_load(
+            name=config.target_model, dtype=dtype, device=device
+        )
         self._info = {
             "torch": torch.__version__,
             "transformers": transformers.__version__,
@@ -290,7 +135,9 @@ class HFEngine:
         if self._dtype_choice.source == "probe":
             self._dtype_choice.probe_s = round(probe_s, 2)
         if plan is not None and plan.draft is not None:
-            self._draft, self._draft_tokenizer, draft_folder = load(plan.draft, dtype)
+            self._draft, self._draft_tokenizer, draft_folder = model_with_tokenizer_load(
+                name=plan.draft, dtype=dtype, device=device
+            )
             self._same_tokenizer = self._draft_tokenizer.get_vocab() == self._tokenizer.get_vocab()
             self._info["draft_model"] = plan.draft
             self._info["draft_sha256"] = str(model_marker(draft_folder).get("source_sha256", ""))
@@ -390,6 +237,7 @@ class HFEngine:
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
 
+        # seam: hf_seam imports transformers (heavy) at its top
         from .hf_seam import StepRecorder, counting_steps
 
         class Cancelled(StoppingCriteria):
@@ -401,7 +249,7 @@ class HFEngine:
         input_ids = self.encode(request).to(self._model.device)
         kwargs = self.generation_kwargs(request)
         recorder = StepRecorder() if self._plan is not None else None
-        streamer = _ChunkStreamer(
+        streamer = ChunkStreamer(
             emit=emit, eos_ids=self._eos_ids, max_tokens=request.max_tokens, recorder=recorder
         )
         if request.temperature != 0 and request.seed is not None:
@@ -507,6 +355,7 @@ class HFEngine:
         }
 
     def _count(self, generated: int, recorder: Any) -> None:
+        # seam: hf_seam imports transformers (heavy) at its top
         from .hf_seam import per_position
 
         with self._counters_lock:
@@ -536,8 +385,6 @@ class HFEngine:
 
     def memory(self) -> dict[str, Any]:
         """Bytes: the process's resident set, and CUDA memory allocated when on a GPU."""
-        import psutil
-
         out: dict[str, Any] = {"rss_bytes": psutil.Process().memory_info().rss}
         if self._info.get("device") == "cuda":
             import torch

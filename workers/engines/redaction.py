@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from .servers import credential_values
+
 REDACTED = "[redacted]"
 ERROR_LIMIT_BYTES = 2048
 
@@ -54,8 +56,6 @@ def text_scrub(text: str, *, secrets: Iterable[str] | None = None, limit: int = 
     host); patterns catch bearer tokens, ``sk-...`` keys and ``api_key=...`` pairs.
     """
     if secrets is None:
-        from .servers import credential_values
-
         secrets = credential_values()
     for value in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
         text = text.replace(value, REDACTED)

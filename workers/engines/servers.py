@@ -1,37 +1,51 @@
 """What an operator lets the openai engine reach: registered servers and named credentials.
 
-Both come from settings (``SPECREVIEW_OPENAI_SERVERS``, ``SPECREVIEW_OPENAI_CREDENTIALS``,
-parsed by ``console.env``). A config names a server (or gives a ``base_url`` equal to a
-registered one); the key comes with the server's registration and is read here, on the
-worker, when a request is sent: never stored in a config, a page or a bundle.
-Outside Django (a bench script) the same variables are read from the environment.
+Both are plain data that the process's entry point registers at start-up with
+:func:`openai_access_register`: under Django the ``workers`` app does (``workers/apps.py``), from
+the settings ``SPECREVIEW_OPENAI_SERVERS`` and ``SPECREVIEW_OPENAI_CREDENTIALS`` (parsed by
+``console.env``); a bench script registers its own. Until one is registered, no server is
+reachable. A config names a server (or gives a ``base_url`` equal to a registered one); the key
+comes with the server's registration and is read here, on the worker, when a request is sent:
+never stored in a config, a page or a bundle.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .base import EngineError
 
 
-def _settings_or_env() -> tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]]:
-    from django.conf import settings
+@dataclass(frozen=True)
+class OpenAIAccess:
+    """The servers and credentials an operator registered, as plain data.
 
-    if settings.configured or os.environ.get("DJANGO_SETTINGS_MODULE"):
-        return (
-            getattr(settings, "SPECREVIEW_OPENAI_SERVERS", {}) or {},
-            getattr(settings, "SPECREVIEW_OPENAI_CREDENTIALS", {}) or {},
-        )
-    from console.env import envcredentials, envopenai_servers
+    ``servers``: ``{name: {"url": base URL without trailing slash, "credential": name or ""}}``;
+    ``credentials``: ``{name: {"env": VARIABLE} | {"file": absolute path}}`` (where each key
+    lives, never the key itself).
+    """
 
-    credentials = envcredentials("SPECREVIEW_OPENAI_CREDENTIALS")
-    return envopenai_servers("SPECREVIEW_OPENAI_SERVERS", credentials=credentials), credentials
+    servers: dict[str, dict[str, str]] = field(default_factory=dict)
+    credentials: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+AccessSource = Callable[[], OpenAIAccess]
+_source: AccessSource = OpenAIAccess
+
+
+def openai_access_register(source: AccessSource) -> None:
+    """Say where the registry comes from: ``source()`` is asked each time a server or key is
+    looked up, so settings changed at run time (tests, a rotated file) are seen at once."""
+    global _source
+    _source = source
 
 
 def openai_servers() -> dict[str, dict[str, str]]:
     """``{name: {"url": base URL without trailing slash, "credential": name or ""}}``."""
-    return _settings_or_env()[0]
+    return _source().servers
 
 
 def openai_server_for(*, server: str | None, base_url: str | None) -> tuple[str, dict[str, str]]:
@@ -73,8 +87,7 @@ def credential_value(*, name: str) -> str:
 
     Raises EngineError naming the credential and where it should be, never a value.
     """
-    credentials = _settings_or_env()[1]
-    source = credentials.get(name)
+    source = _source().credentials.get(name)
     if source is None:
         raise EngineError(
             f"credential {name!r} is not configured on this worker (SPECREVIEW_OPENAI_CREDENTIALS)"
@@ -94,7 +107,7 @@ def credential_value(*, name: str) -> str:
 def credential_values() -> list[str]:
     """Every configured credential's value that can be read here (for scrubbing text)."""
     out = []
-    for name in _settings_or_env()[1]:
+    for name in _source().credentials:
         try:
             out.append(credential_value(name=name))
         except EngineError:
