@@ -52,8 +52,9 @@ def main() -> None:
         from django.test import Client
 
         from console.accounts.services import user_create
-        from console.analysis.models import ComparisonCache, RequestResult
+        from console.analysis.models import ComparisonCache
         from console.analysis.services import comparison_refresh
+        from console.results.models import RequestResult
         from tests.support.synthetic import experiment_synthesize
 
         t = time.perf_counter()

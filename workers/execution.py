@@ -23,10 +23,10 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
-from console.analysis.models import RequestResult
 from console.experiments.matrix import output_buckets_parse, recorded_output_tokens
 from console.experiments.models import Experiment, Run
 from console.experiments.runs import run_cancel, run_claim, run_fail, run_finish, run_heartbeat, run_update
+from console.results.models import RequestResult
 from console.traces.models import TraceRequest
 from workers.engines import EngineConfig, EngineError, EngineRequest, engine_create
 from workers.engines.redaction import text_scrub

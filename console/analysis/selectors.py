@@ -13,11 +13,12 @@ import pandas as pd
 from django.db.models import BinaryField, ExpressionWrapper, F, QuerySet
 from django.db.models.sql.constants import MULTI
 
-from console.analysis.arrays import unpack_many
-from console.analysis.frame_pack import frames_concat
-from console.analysis.models import ComparisonCache, RequestResult, RunTelemetry
+from console.analysis.models import ComparisonCache
 from console.experiments.models import Experiment, Run
 from console.jsonutil import json_safe
+from console.results.arrays import unpack_many
+from console.results.frame_pack import frames_concat
+from console.results.models import RequestResult, RunTelemetry
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ RESULT_FIELDS = {
     "schema_valid": "schema_valid",
     "tool_call_valid": "tool_call_valid",
 }
-# The packed array fields (``console.analysis.arrays``) and their kind.
+# The packed array fields (``console.results.arrays``) and their kind.
 ARRAY_FIELDS = {
     "chunk_times": "float",
     "chunk_tokens": "int",
@@ -153,8 +154,8 @@ def _packed_frames(*, run_ids: list[int]) -> tuple[list[pd.DataFrame], list[int]
     the same number and the same highest id (rows are replaced as a whole, never edited)."""
     from django.db.models import Count, Max
 
-    from console.analysis.frame_pack import FramePackError, frame_unpack
-    from console.analysis.models import RunResultsPack
+    from console.results.frame_pack import FramePackError, frame_unpack
+    from console.results.models import RunResultsPack
 
     if not run_ids:
         return [], []
@@ -452,7 +453,7 @@ def experiment_fit_assessment(*, experiment: Experiment) -> dict:
     the configs before any run, refined by the fit facts the worker cached for each finished
     baseline run. Reads stored data only."""
     from console.analysis.fit import FIT_VERSION, fit_assess
-    from console.analysis.models import RunSummary
+    from console.results.models import RunSummary
 
     arms = list(experiment.arms.select_related("config"))
     baseline_runs = experiment.runs.filter(status=Run.Status.DONE, arm__is_baseline=True)

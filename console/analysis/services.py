@@ -64,10 +64,10 @@ def fit_run_summarise(*, run_id: int) -> dict | None:
     run finishes and by :func:`comparison_refresh` for runs stored before it existed."""
     from console.analysis import fit
     from console.analysis.metrics import requests_derive
-    from console.analysis.models import RunSummary, RunTelemetry
     from console.analysis.selectors import results_frames
     from console.experiments.models import Run
     from console.jsonutil import json_safe
+    from console.results.models import RunSummary, RunTelemetry
     from console.traces.models import TraceRequest
 
     run = Run.objects.select_related("arm", "experiment").filter(pk=run_id).first()
@@ -104,7 +104,7 @@ def fit_run_summarise(*, run_id: int) -> dict | None:
 def fit_runs_summarise(*, experiment: Experiment) -> int:
     """Cache the fit facts of every finished baseline run that has none (or an older version)."""
     from console.analysis.fit import FIT_VERSION
-    from console.analysis.models import RunSummary
+    from console.results.models import RunSummary
 
     runs = experiment.runs.filter(status="done", arm__is_baseline=True).values_list("pk", flat=True)
     current = {
@@ -121,14 +121,14 @@ def fit_runs_summarise(*, experiment: Experiment) -> int:
 def results_pack_store(*, run_id: int) -> int:
     """Pack a finished run's result rows into one value (``RunResultsPack``), so comparisons
     load the run in one read. Returns the number of rows packed."""
-    from console.analysis.frame_pack import frame_pack
-    from console.analysis.models import RunResultsPack
     from console.analysis.selectors import (
         ARRAY_FIELDS,
         RESULT_FIELDS,
         RESULTS_PACK_VERSION,
         stored_results_frame,
     )
+    from console.results.frame_pack import frame_pack
+    from console.results.models import RunResultsPack
 
     frame = stored_results_frame(run_ids=[run_id])
     top = int(frame["result_id"].max()) if len(frame) else None
@@ -144,8 +144,8 @@ def results_packs_store(*, experiment: Experiment) -> int:
     """Pack every finished run of ``experiment`` that has no pack of the current version, as the
     worker does for each run as it ends (``runs.run_finish``): for experiments whose rows were
     stored some other way (the bench's synthetic experiment, tests). Returns the runs packed."""
-    from console.analysis.models import RunResultsPack
     from console.analysis.selectors import RESULTS_PACK_VERSION
+    from console.results.models import RunResultsPack
 
     done = experiment.runs.filter(status="done").values_list("pk", flat=True)
     current = set(

@@ -14,7 +14,6 @@ from django.views.decorators.http import require_POST, require_safe
 from console.accounts.access import capability_required
 from console.accounts.roles import RUN_EXPERIMENT
 from console.analysis import plots, slice_view
-from console.analysis.models import RequestResult
 from console.analysis.selectors import (
     comparison_for_experiment,
     comparison_progress,
@@ -24,6 +23,7 @@ from console.analysis.selectors import (
 )
 from console.experiments.models import Experiment, Run
 from console.exports import csv_cell
+from console.results.models import RequestResult
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

@@ -158,7 +158,7 @@ def capacity_step_outcome(*, run: Run, slo: dict, deadlines: dict) -> dict[str, 
     import pandas as pd
 
     from console.analysis.metrics import requests_derive
-    from console.analysis.models import RequestResult
+    from console.results.models import RequestResult
 
     fields = {
         "scheduled_s": "scheduled_s",

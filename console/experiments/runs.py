@@ -173,10 +173,10 @@ class Sanitised:
         return value
 
     def array(self, value: Any, *, kind: str, what: str) -> Any:
-        """A per-request array the packed field stores (``console.analysis.arrays``): returned
+        """A per-request array the packed field stores (``console.results.arrays``): returned
         as is when it packs; one that cannot (not a flat list of numbers) is stored empty and
         noted, so one malformed row never loses the run. NaN and infinities store as they are."""
-        from console.analysis.arrays import ArrayPackError, pack
+        from console.results.arrays import ArrayPackError, pack
 
         try:
             pack(value, kind=kind, what=what)
@@ -193,8 +193,8 @@ class Sanitised:
 
 def result_rows_sanitise(*, rows: Iterable[Any], sanitised: Sanitised) -> list[Any]:
     """Make unsaved ``RequestResult`` rows storable: strip NUL bytes, cut over-long fields."""
-    from console.analysis.models import RequestResult
     from console.analysis.selectors import ARRAY_FIELDS
+    from console.results.models import RequestResult
 
     limits = {f.name: f.max_length for f in RequestResult._meta.fields if getattr(f, "max_length", None)}
     out = []
@@ -222,7 +222,7 @@ def run_finish(
     ``rows`` are unsaved ``RequestResult`` objects; ``telemetry`` the ``RunTelemetry``
     fields. Returns False (nothing written) when the claim was lost.
     """
-    from console.analysis.models import RequestResult, RunTelemetry
+    from console.results.models import RequestResult, RunTelemetry
 
     sanitised = Sanitised()
     rows = result_rows_sanitise(rows=rows, sanitised=sanitised)
@@ -307,7 +307,7 @@ def run_cancel(*, run_id: int, token: str) -> bool:
 
 
 def _results_clear(run_id: int) -> None:
-    from console.analysis.models import RequestResult, RunResultsPack, RunSummary, RunTelemetry
+    from console.results.models import RequestResult, RunResultsPack, RunSummary, RunTelemetry
 
     RunResultsPack.objects.filter(run_id=run_id).delete()
     RequestResult.objects.filter(run_id=run_id).delete()

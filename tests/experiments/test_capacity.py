@@ -8,7 +8,6 @@ import math
 
 import pytest
 
-from console.analysis.models import RequestResult
 from console.experiments.capacity import capacity_searches_advance
 from console.experiments.models import Experiment, Run
 from console.experiments.runs import experiment_status_refresh, run_claim, run_finish
@@ -18,6 +17,7 @@ from console.experiments.services import (
     experiment_create,
     experiment_start,
 )
+from console.results.models import RequestResult
 from tests.conftest import wait_for
 from tests.experiments.factories import trace_make
 
