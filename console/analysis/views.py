@@ -19,11 +19,11 @@ from console.analysis.selectors import (
     comparison_progress,
     comparison_state,
     experiment_cross_vocabulary_arms,
-    results_frames,
 )
 from console.experiments.models import Experiment, Run
 from console.exports import csv_cell
 from console.results.models import RequestResult
+from console.results.selectors import results_frames
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

@@ -12,8 +12,8 @@ from django.core.management.base import BaseCommand, CommandError
 def _pool_from_db(experiment_id: int | None):
     from console.analysis.comparison.calibration import pool_from_results
     from console.analysis.metrics import requests_derive
-    from console.analysis.selectors import results_frames
     from console.experiments.models import Run
+    from console.results.selectors import results_frames
 
     query = Run.objects.filter(status=Run.Status.DONE, arm__is_baseline=True).select_related("arm", "experiment")
     if experiment_id is not None:
