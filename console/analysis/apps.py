@@ -7,10 +7,13 @@ class AnalysisConfig(AppConfig):
     label = "analysis"
 
     def ready(self) -> None:
-        # seam: the run lifecycle (console.experiments, below) announces a finished run through
-        # console.experiments.hooks; a baseline run's fit facts are cached then, so the experiment
-        # page refines its fit assessment while the candidates still run (pages never compute it).
+        # seam: the run lifecycle and the capacity search (console.experiments, below) reach
+        # analysis through console.experiments.hooks. A baseline run's fit facts are cached as it
+        # finishes, so the experiment page refines its fit assessment while the candidates still
+        # run (pages never compute it); a capacity step is judged against its SLO here.
+        from console.analysis.capacity_steps import capacity_step_outcome
         from console.analysis.services import fit_run_summarise
         from console.experiments import hooks
 
         hooks.run_finished_register(fit_run_summarise, failure="could not cache its fit facts")
+        hooks.capacity_outcome_register(capacity_step_outcome)

@@ -20,6 +20,7 @@ from console.analysis.selectors import (
     comparison_state,
     experiment_cross_vocabulary_arms,
 )
+from console.experiments.enqueue import comparison_enqueue
 from console.experiments.models import Experiment, Run
 from console.exports import csv_cell
 from console.results.models import RequestResult
@@ -268,10 +269,8 @@ def experiment_comparison(request, pk: int):
 @capability_required(RUN_EXPERIMENT)
 def experiment_comparison_refresh(request, pk: int):
     """Ask a worker to (re)compute the comparison from the runs finished now."""
-    from workers.tasks import compute_comparison
-
     experiment = get_object_or_404(Experiment, pk=pk)
-    compute_comparison.delay(experiment_id=experiment.pk)
+    comparison_enqueue(experiment_id=experiment.pk)
     messages.success(request, "A worker is computing the comparison from the runs finished now.")
     return redirect("analysis:comparison", pk=experiment.pk)
 

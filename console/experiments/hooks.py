@@ -1,21 +1,27 @@
-"""Upward seams of a run's life (``runs.py``): what the apps above experiments do when a run's
-stored results are discarded and when a run has finished.
+"""Upward seams of a run's life (``runs.py``, ``capacity_search.py``): what the apps above
+experiments do when a run's stored results are discarded, when a run has finished, and how a
+finished capacity-search step is judged against its SLO.
 
 Seam: experiments sits below results and analysis (``.importlinter``: data flows one way), yet
 the run lifecycle is what knows when a run's stored results must go (a failed, cancelled or lost
-attempt, or a rerun replacing them) and when a finished run's derived data is due (its results
-pack, its fit facts). So the apps above register callables here from their
+attempt, or a rerun replacing them), when a finished run's derived data is due (its results
+pack, its fit facts), and when a capacity search needs the SLO outcome of a finished step (read
+from its results with analysis's metrics). So the apps above register callables here from their
 ``AppConfig.ready()`` (``console.results``: the discard and the pack; ``console.analysis``: the
-fit facts), and ``runs.py`` calls them without importing those apps. Callbacks run in the order
-they were registered, which is ``INSTALLED_APPS`` order: results before analysis, so a run is
-packed before its fit facts are read.
+fit facts and the step outcome), and experiments calls them without importing those apps.
+Callbacks run in the order they were registered, which is ``INSTALLED_APPS`` order: results
+before analysis, so a run is packed before its fit facts are read.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from console.experiments.models import Run
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +36,8 @@ class _Derived:
 
 _discard: list[RunCallback] = []
 _finished: list[_Derived] = []
+# called as outcome(run=..., slo=..., deadlines=...); one, registered by console.analysis
+_step_outcome: list[Callable[..., dict[str, Any]]] = []
 
 
 def results_discard_register(callback: RunCallback) -> None:
@@ -61,3 +69,21 @@ def run_finished_notify(*, run_id: int) -> None:
             derived.callback(run_id=run_id)
         except Exception:  # derived data: see the docstring
             log.exception("run %s: %s", run_id, derived.failure)
+
+
+def capacity_outcome_register(outcome: Callable[..., dict[str, Any]]) -> None:
+    """``outcome(run=..., slo=..., deadlines=...)`` judges one finished capacity-search step
+    against the search's SLO from its stored results. One evaluator; a second replaces it."""
+    _step_outcome[:] = [outcome]
+
+
+def capacity_step_outcome(
+    *, run: Run, slo: Mapping[str, Any], deadlines: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The SLO evaluation of one finished step run: ``{"passed": bool, "reasons": [...], ...}``
+    (``console.analysis.comparison.capacity_stage.slo_evaluate``; times in seconds)."""
+    if not _step_outcome:
+        raise RuntimeError(
+            "no capacity-step evaluator registered (console.analysis registers it when it is installed)"
+        )
+    return _step_outcome[0](run=run, slo=slo, deadlines=deadlines)

@@ -70,7 +70,7 @@ class Experiment(models.Model):
     capacity_search = models.JSONField(
         null=True,
         blank=True,
-        help_text="capacity search per arm and repeat (console.experiments.capacity); null = off",
+        help_text="capacity search per arm and repeat (console.experiments.capacity_search); null = off",
     )
 
     class Meta:
@@ -102,6 +102,8 @@ class Run(models.Model):
         DONE = "done"
         FAILED = "failed"
         CANCELLED = "cancelled"
+
+    ERROR_MAX = 4000  # characters of a run's error kept
 
     experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
     arm = models.ForeignKey(Arm, on_delete=models.CASCADE, related_name="runs")

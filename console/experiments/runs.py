@@ -1,4 +1,5 @@
-"""A run's life: enqueue, claim, heartbeat, finish, fail, cancel, retry, reap.
+"""A run's life: claim, heartbeat, finish, fail, cancel, retry, reap (its task is sent by
+``enqueue.py``).
 
 Every write here is a conditional UPDATE keyed on the run's id, its status and, once a
 worker holds it, the attempt token its claim drew. A worker that lost its claim (the
@@ -30,50 +31,21 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from console.experiments.capacity_search import capacity_searches_advance
+from console.experiments.enqueue import comparison_enqueue, run_enqueue
 from console.experiments.hooks import run_finished_notify, run_results_discard
 from console.experiments.models import Experiment, Run
 
 log = logging.getLogger(__name__)
 
-EXECUTE_TASK = "workers.execute_run"
-COMPARISON_TASK = "workers.compute_comparison"
-ERROR_MAX = 4000  # characters of a run's error kept
 
-
-# --- enqueue ---------------------------------------------------------------------------------
-
-
-def run_enqueue(*, run: Run, queue: str | None = None) -> str:
-    """Send the run's task once the surrounding transaction commits; returns the task id.
-
-    ``queue`` overrides the run's own queue: a worker started for one experiment
-    (``workers/embedded.py``) listens on a queue of its own, so it serves those runs only.
-
-    A broker that refuses the message leaves the run ``queued`` with the reason in its
-    error; the reaper sends it again once the broker is back.
-    """
-    task_id = str(uuid.uuid4())
-    Run.objects.filter(pk=run.pk).update(celery_task_id=task_id, enqueued_at=timezone.now())
-    run_id, queue = run.pk, queue or run.queue
-
-    def send() -> None:
-        try:
-            current_app.send_task(EXECUTE_TASK, kwargs={"run_id": run_id}, queue=queue, task_id=task_id)
-        except Exception as exc:
-            log.exception("run %s: the broker refused its task", run_id)
-            Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, celery_task_id=task_id).update(
-                error=f"waiting for the broker (sending the task failed: {type(exc).__name__}: {exc}); "
-                "the reaper sends it again"[:ERROR_MAX]
-            )
-
-    transaction.on_commit(send, robust=True)
-    return task_id
+# --- retry (its task is sent by ``enqueue.py``) ----------------------------------------------
 
 
 @transaction.atomic
 def run_retry(*, run: Run, queue: str | None = None) -> bool:
     """Queue a failed or cancelled run again; its old results are replaced when it runs
-    (``queue`` as in :func:`run_enqueue`)."""
+    (``queue`` as in ``enqueue.run_enqueue``)."""
     updated = Run.objects.filter(pk=run.pk, status__in=[Run.Status.FAILED, Run.Status.CANCELLED]).update(
         status=Run.Status.QUEUED,
         error="",
@@ -167,7 +139,7 @@ def run_finish(
             heartbeat_at=timezone.now(),
             wall_s=wall_s,
             progress_done=stored,
-            error=error[:ERROR_MAX],
+            error=error[: Run.ERROR_MAX],
         )
     run_finished_notify(run_id=run_id)
     _experiment_refresh_for(run_id)
@@ -187,11 +159,11 @@ def run_fail(*, run_id: int, token: str, message: str, retry: bool = False) -> b
                 attempt_token="",
                 heartbeat_at=None,
                 enqueued_at=timezone.now(),
-                error=f"retrying: {message}"[:ERROR_MAX],
+                error=f"retrying: {message}"[: Run.ERROR_MAX],
             )
         else:
             _held(run_id, token).update(
-                status=Run.Status.FAILED, finished_at=timezone.now(), error=message[:ERROR_MAX]
+                status=Run.Status.FAILED, finished_at=timezone.now(), error=message[: Run.ERROR_MAX]
             )
     if not retry:
         _experiment_refresh_for(run_id)
@@ -217,10 +189,8 @@ def _experiment_refresh_for(run_id: int) -> None:
 
 def experiment_status_refresh(*, experiment_id: int) -> str:
     """Derive the experiment's status from its runs once none is left to run. A capacity
-    search's next step is added first (``capacity.capacity_searches_advance``): the experiment is
-    done only once every search has ended."""
-    from console.experiments.capacity import capacity_searches_advance
-
+    search's next step is added first (``capacity_search.capacity_searches_advance``): the
+    experiment is done only once every search has ended."""
     try:
         capacity_searches_advance(experiment_id=experiment_id)
     except Exception:  # the next refresh (the reaper's, at the latest) tries again
@@ -240,21 +210,8 @@ def experiment_status_refresh(*, experiment_id: int) -> str:
     if Run.objects.filter(
         experiment_id=experiment_id, status=Run.Status.DONE, arm__is_baseline=True
     ).exists():
-        _comparison_enqueue(experiment_id=experiment_id)
+        comparison_enqueue(experiment_id=experiment_id)
     return status
-
-
-def _comparison_enqueue(*, experiment_id: int) -> None:
-    """Ask a worker to compute the experiment's comparison once this transaction commits (the
-    pages only read the stored one). Sent by name: nothing here imports ``workers``."""
-
-    def send() -> None:
-        try:
-            current_app.send_task(COMPARISON_TASK, kwargs={"experiment_id": experiment_id})
-        except Exception:  # the comparison is derived data: the next refresh asks again
-            log.exception("experiment %s: could not ask for its comparison", experiment_id)
-
-    transaction.on_commit(send, robust=True)
 
 
 # --- the reaper ------------------------------------------------------------------------------

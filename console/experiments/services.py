@@ -10,7 +10,8 @@ from celery import current_app
 from django.db import transaction
 from django.utils import timezone
 
-from console.experiments.capacity import capacity_first_runs, capacity_search_clean
+from console.experiments.capacity_search import capacity_first_runs, capacity_search_clean
+from console.experiments.enqueue import run_enqueue
 from console.experiments.matrix import (
     OutputBucket,
     arm_label,
@@ -24,7 +25,6 @@ from console.experiments.matrix import (
 )
 from console.experiments.models import Arm, Experiment, Run, ServingConfig
 from console.experiments.runs import experiment_status_refresh as experiment_status_refresh
-from console.experiments.runs import run_enqueue
 from console.experiments.runs import run_retry as run_retry
 from console.traces.models import TRAFFIC_CLASSES, Trace
 

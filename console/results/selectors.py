@@ -92,7 +92,9 @@ def _results_frame(*, run_ids: list[int]) -> pd.DataFrame:
     frame = _values_frame(records, columns=[*columns, *ARRAY_FIELDS])
     rows = len(frame)
     for name, kind in ARRAY_FIELDS.items():
-        frame[RESULT_FIELDS[name]] = pd.Series(_arrays(frame[name].tolist(), kind=kind), dtype=object) if rows else []
+        frame[RESULT_FIELDS[name]] = (
+            pd.Series(_arrays(frame[name].tolist(), kind=kind), dtype=object) if rows else []
+        )
     return frame[list(RESULT_FIELDS.values())]
 
 

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from console.experiments.capacity import capacity_searches_advance
+from console.experiments.capacity_search import capacity_searches_advance
 from console.experiments.models import Experiment, Run
 from console.experiments.runs import experiment_status_refresh, run_claim
 from console.experiments.services import (
