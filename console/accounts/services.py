@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import secrets
-import socket
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
@@ -9,7 +8,7 @@ from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 from django.utils import timezone
 
-from console.accounts.models import ApiToken, WorkerHeartbeat
+from console.accounts.models import ApiToken
 from console.accounts.roles import ROLE_PERMISSIONS, ROLES
 
 
@@ -127,7 +126,3 @@ def api_token_revoke(*, token: ApiToken, by) -> bool:
         revoked_at=timezone.now(), revoked_by=by
     )
     return updated == 1
-
-
-def heartbeat_record(*, note: str) -> WorkerHeartbeat:
-    return WorkerHeartbeat.objects.create(note=note, hostname=socket.gethostname())
