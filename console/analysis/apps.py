@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+from console.experiments import hooks
+
 
 class AnalysisConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
@@ -8,12 +10,12 @@ class AnalysisConfig(AppConfig):
 
     def ready(self) -> None:
         # seam: the run lifecycle and the capacity search (console.experiments, below) reach
-        # analysis through console.experiments.hooks. A baseline run's fit facts are cached as it
-        # finishes, so the experiment page refines its fit assessment while the candidates still
-        # run (pages never compute it); a capacity step is judged against its SLO here.
+        # analysis through its hooks; the modules registered need the models loaded. A baseline
+        # run's fit facts are cached as it finishes, so the experiment page refines its fit
+        # assessment while the candidates still run (pages never compute it); a capacity step
+        # is judged against its SLO here.
         from console.analysis.capacity_steps import capacity_step_outcome
         from console.analysis.services import fit_run_summarise
-        from console.experiments import hooks
 
-        hooks.run_finished_register(fit_run_summarise, failure="could not cache its fit facts")
         hooks.capacity_outcome_register(capacity_step_outcome)
+        hooks.run_finished_register(fit_run_summarise, failure="could not cache its fit facts")

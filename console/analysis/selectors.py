@@ -10,7 +10,7 @@ from collections.abc import Callable
 from console.analysis.models import ComparisonCache
 from console.experiments.models import Experiment, Run
 from console.jsonutil import json_safe
-from console.results.models import RequestResult
+from console.results.models import RequestResult, RunSummary
 from console.results.selectors import results_frames
 
 
@@ -229,7 +229,6 @@ def experiment_fit_assessment(*, experiment: Experiment) -> dict:
     the configs before any run, refined by the fit facts the worker cached for each finished
     baseline run. Reads stored data only."""
     from console.analysis.fit import FIT_VERSION, fit_assess
-    from console.results.models import RunSummary
 
     arms = list(experiment.arms.select_related("config"))
     baseline_runs = experiment.runs.filter(status=Run.Status.DONE, arm__is_baseline=True)

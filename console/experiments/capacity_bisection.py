@@ -1,6 +1,6 @@
 """The capacity search's bisection: which rate multiplier its next step runs at, and the bracket
 its finished steps leave. Pure Python; ``capacity_search.py`` creates the steps' runs with it,
-and the comparison's capacity section (``console.analysis.comparison.capacity_stage``) reads
+and the comparison's capacity section (``analysis/comparison/capacity_stage.py``) reads
 the brackets. Rates are multipliers of the trace's own arrival rate (1.0 = as recorded).
 
 Bisection in log-space inside the bracket ``[lo, hi]``: the first step runs at sqrt(lo x hi);

@@ -7,7 +7,7 @@ the run lifecycle is what knows when a run's stored results must go (a failed, c
 attempt, or a rerun replacing them), when a finished run's derived data is due (its results
 pack, its fit facts), and when a capacity search needs the SLO outcome of a finished step (read
 from its results with analysis's metrics). So the apps above register callables here from their
-``AppConfig.ready()`` (``console.results``: the discard and the pack; ``console.analysis``: the
+``AppConfig.ready()`` (the results app: the discard and the pack; the analysis app: the
 fit facts and the step outcome), and experiments calls them without importing those apps.
 Callbacks run in the order they were registered, which is ``INSTALLED_APPS`` order: results
 before analysis, so a run is packed before its fit facts are read.
@@ -36,7 +36,7 @@ class _Derived:
 
 _discard: list[RunCallback] = []
 _finished: list[_Derived] = []
-# called as outcome(run=..., slo=..., deadlines=...); one, registered by console.analysis
+# called as outcome(run=..., slo=..., deadlines=...); one, registered by the analysis app
 _step_outcome: list[Callable[..., dict[str, Any]]] = []
 
 
@@ -81,9 +81,9 @@ def capacity_step_outcome(
     *, run: Run, slo: Mapping[str, Any], deadlines: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The SLO evaluation of one finished step run: ``{"passed": bool, "reasons": [...], ...}``
-    (``console.analysis.comparison.capacity_stage.slo_evaluate``; times in seconds)."""
+    (the analysis app's ``capacity_stage.slo_evaluate``; times in seconds)."""
     if not _step_outcome:
         raise RuntimeError(
-            "no capacity-step evaluator registered (console.analysis registers it when it is installed)"
+            "no capacity-step evaluator registered (the analysis app registers it when it is installed)"
         )
     return _step_outcome[0](run=run, slo=slo, deadlines=deadlines)

@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+from console.experiments import hooks
+
 
 class ResultsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
@@ -8,9 +10,7 @@ class ResultsConfig(AppConfig):
 
     def ready(self) -> None:
         # seam: the run lifecycle (console.experiments, below) discards a run's results and
-        # announces a finished run through console.experiments.hooks; imported here, once the
-        # models are loaded.
-        from console.experiments import hooks
+        # announces a finished run through its hooks; the services need the models loaded.
         from console.results.services import results_clear, results_pack_store
 
         hooks.results_discard_register(results_clear)

@@ -1,7 +1,7 @@
 """What a run produces: one row per request, the run's telemetry, its results packed into one
 value, and the summaries cached per run.
 
-The tables keep the names they had when these models lived in ``console.analysis``
+The tables keep the names they had when these models lived in the analysis app
 (``analysis_*``): the move was a change of Django state only (``migrations/0001_initial.py``).
 """
 

@@ -1,4 +1,4 @@
-"""RequestResult, RunTelemetry, RunSummary and RunResultsPack move here from ``console.analysis``.
+"""RequestResult, RunTelemetry, RunSummary and RunResultsPack move here from the analysis app.
 
 A change of Django state only: the tables stay where ``analysis`` migrations 0001-0005 made
 them (each model's ``db_table`` keeps its ``analysis_*`` name), so no row moves and a database
