@@ -52,8 +52,9 @@ def main() -> None:
         from django.test import Client
 
         from console.accounts.services import user_create
-        from console.analysis.models import ComparisonCache, RequestResult
+        from console.analysis.models import ComparisonCache
         from console.analysis.services import comparison_refresh
+        from console.results.models import RequestResult
         from tests.support.synthetic import experiment_synthesize
 
         t = time.perf_counter()
@@ -64,7 +65,8 @@ def main() -> None:
             f"in {time.perf_counter() - t:.1f} s ({connection.vendor})"
         )
 
-        from console.analysis.selectors import experiment_finished_runs, results_frames
+        from console.analysis.selectors import experiment_finished_runs
+        from console.results.selectors import results_frames
 
         # A worker imports these once per process (pandas, scipy.stats, plotly): timed apart, so
         # the cold figure is the computation a finished experiment asks for.
@@ -77,7 +79,7 @@ def main() -> None:
             f"first import of the comparison modules (once per worker process): {time.perf_counter() - t:.2f} s"
         )
         # The worker caches each baseline run's fit facts as that run finishes
-        # (console.experiments.runs._fit_summarise): done here first and timed apart, so the cold
+        # (console.analysis.services.fit_run_summarise, announced by console.experiments.hooks): done here first and timed apart, so the cold
         # figure is what the comparison task does once the last run ends.
         from console.analysis.services import fit_runs_summarise
 
@@ -88,8 +90,8 @@ def main() -> None:
             f"{time.perf_counter() - t:.2f} s (CPU {time.process_time() - c:.2f} s)"
         )
         # The worker also packs each run's rows into one value as the run ends
-        # (console.experiments.runs._results_pack): done here first and timed apart.
-        from console.analysis.services import results_packs_store
+        # (console.results.services.results_pack_store): done here first and timed apart.
+        from console.results.services import results_packs_store
 
         t, c = time.perf_counter(), time.process_time()
         packed = results_packs_store(experiment=experiment)

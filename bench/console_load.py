@@ -49,10 +49,10 @@ def _build(n_requests: int, users: int, run_page: bool):
     from django.test import Client
 
     from console.accounts.services import user_create
-    from console.analysis.models import RequestResult
     from console.analysis.selectors import comparison_for_experiment
     from console.decisions import services as decisions
     from console.experiments.models import Experiment
+    from console.results.models import RequestResult
     from tests.support.synthetic import experiment_synthesize
 
     t = time.perf_counter()

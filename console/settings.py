@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "console.accounts",
     "console.traces",
     "console.experiments",
+    "console.results",
     "console.analysis",
     "console.policies",
     "console.decisions",

@@ -202,10 +202,10 @@ def world(django_db_setup, django_db_blocker):
 
 def _world_build() -> World:
     from console.accounts.services import user_create
-    from console.analysis.models import RequestResult
     from console.decisions import services
     from console.experiments.models import Run
     from console.policies.models import SlicePolicy
+    from console.results.models import RequestResult
     from tests.decisions.conftest import draft_complete, draft_make
     from tests.decisions.factories import experiment_make
 

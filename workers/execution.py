@@ -23,10 +23,11 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
-from console.analysis.models import RequestResult
 from console.experiments.matrix import output_buckets_parse, recorded_output_tokens
 from console.experiments.models import Experiment, Run
-from console.experiments.runs import run_cancel, run_claim, run_fail, run_finish, run_heartbeat, run_update
+from console.experiments.runs import run_cancel, run_claim, run_fail, run_heartbeat, run_update
+from console.results.models import RequestResult
+from console.results.services import results_store
 from console.traces.models import TraceRequest
 from workers.engines import EngineConfig, EngineError, EngineRequest, engine_create
 from workers.engines.redaction import text_scrub
@@ -316,7 +317,7 @@ def _results_store(*, run_id: int, token: str, pairs: list, result: ReplayResult
             for record in result.records
         ]
         try:
-            written = run_finish(
+            written = results_store(
                 run_id=run_id,
                 token=token,
                 rows=rows,

@@ -11,9 +11,9 @@ from workers.engines import EngineError
 @shared_task(name="workers.ping", soft_time_limit=30, time_limit=60)
 def ping(*, note: str) -> str:
     """Write a heartbeat row so a caller can see a real worker reached the database."""
-    from console.accounts.services import heartbeat_record
+    from console.experiments.worker_ping import worker_heartbeat_record
 
-    return str(heartbeat_record(note=note).pk)
+    return str(worker_heartbeat_record(note=note).pk)
 
 
 @shared_task(

@@ -59,11 +59,3 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} / {self.name}"
-
-
-class WorkerHeartbeat(models.Model):
-    """Written by the ``workers.ping`` task: proof that a real worker reached the database."""
-
-    note = models.CharField(max_length=200)
-    hostname = models.CharField(max_length=200)
-    created_at = models.DateTimeField(auto_now_add=True)

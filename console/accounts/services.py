@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import secrets
-import socket
 from datetime import timedelta
 
 from django.conf import settings
@@ -10,7 +9,7 @@ from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 from django.utils import timezone
 
-from console.accounts.models import ApiToken, WorkerHeartbeat
+from console.accounts.models import ApiToken
 from console.accounts.roles import ROLE_PERMISSIONS, ROLES
 from console.accounts.throttle import minutes_text, throttle_failure_record, throttle_locked_seconds
 
@@ -121,7 +120,3 @@ def api_token_revoke(*, token: ApiToken, by) -> bool:
         revoked_at=timezone.now(), revoked_by=by
     )
     return updated == 1
-
-
-def heartbeat_record(*, note: str) -> WorkerHeartbeat:
-    return WorkerHeartbeat.objects.create(note=note, hostname=socket.gethostname())

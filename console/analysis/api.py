@@ -37,7 +37,7 @@ class CorrectnessOut(Open):
 
 
 class CapacityArmOut(Open):
-    """One arm's capacity at the SLO (``console.analysis.comparison.capacity``, docs/capacity.md)."""
+    """One arm's capacity at the SLO (``console.analysis.comparison.capacity_stage``, docs/capacity.md)."""
 
     arm: str
     rate_multiplier: float | None = Field(

@@ -1,10 +1,13 @@
-"""Writes for analysis: compute and store an experiment's comparison."""
+"""Writes for analysis: compute and store an experiment's comparison, and cache each finished
+baseline run's fit facts."""
 
 from __future__ import annotations
 
 from django.utils import timezone
 
 from console.analysis.comparison.bootstrap import DEFAULT_N_BOOT
+from console.analysis.fit_stats import FIT_VERSION, run_fit_stats
+from console.analysis.metrics import requests_derive
 from console.analysis.models import ComparisonCache
 from console.analysis.selectors import (
     COMPARISON_STAGES,
@@ -12,7 +15,11 @@ from console.analysis.selectors import (
     comparison_key,
     experiment_finished_runs,
 )
-from console.experiments.models import Experiment
+from console.experiments.models import Experiment, Run
+from console.jsonutil import json_safe
+from console.results.models import RunSummary, RunTelemetry
+from console.results.selectors import results_frames
+from console.traces.models import TraceRequest
 
 
 def comparison_refresh(
@@ -59,17 +66,10 @@ def comparison_refresh(
 
 def fit_run_summarise(*, run_id: int) -> dict | None:
     """Reduce one finished baseline run's stored results to what the fit assessment reads
-    (``console.analysis.fit.run_fit_stats``) and cache it in its ``RunSummary`` under "fit".
-    None (nothing stored) for a candidate run or a run not done. Called by the worker when a
-    run finishes and by :func:`comparison_refresh` for runs stored before it existed."""
-    from console.analysis import fit
-    from console.analysis.metrics import requests_derive
-    from console.analysis.models import RunSummary, RunTelemetry
-    from console.analysis.selectors import results_frames
-    from console.experiments.models import Run
-    from console.jsonutil import json_safe
-    from console.traces.models import TraceRequest
-
+    (``console.analysis.fit_stats.run_fit_stats``) and cache it in its ``RunSummary`` under "fit".
+    None (nothing stored) for a candidate run or a run not done. Called as each run finishes
+    (registered in ``apps.py`` with ``console.experiments.hooks``) and by
+    :func:`comparison_refresh` for runs stored before it existed."""
     run = Run.objects.select_related("arm", "experiment").filter(pk=run_id).first()
     if run is None or run.status != Run.Status.DONE or not run.arm.is_baseline:
         return None
@@ -82,7 +82,7 @@ def fit_run_summarise(*, run_id: int) -> dict | None:
         .first()
     )
     stats = json_safe(
-        fit.run_fit_stats(
+        run_fit_stats(
             derived,
             metadata=metadata,
             telemetry=tele,
@@ -103,9 +103,6 @@ def fit_run_summarise(*, run_id: int) -> dict | None:
 
 def fit_runs_summarise(*, experiment: Experiment) -> int:
     """Cache the fit facts of every finished baseline run that has none (or an older version)."""
-    from console.analysis.fit import FIT_VERSION
-    from console.analysis.models import RunSummary
-
     runs = experiment.runs.filter(status="done", arm__is_baseline=True).values_list("pk", flat=True)
     current = {
         run_id
@@ -115,45 +112,4 @@ def fit_runs_summarise(*, experiment: Experiment) -> int:
     missing = [pk for pk in runs if pk not in current]
     for pk in missing:
         fit_run_summarise(run_id=pk)
-    return len(missing)
-
-
-def results_pack_store(*, run_id: int) -> int:
-    """Pack a finished run's result rows into one value (``RunResultsPack``), so comparisons
-    load the run in one read. Returns the number of rows packed."""
-    from console.analysis.frame_pack import frame_pack
-    from console.analysis.models import RunResultsPack
-    from console.analysis.selectors import (
-        ARRAY_FIELDS,
-        RESULT_FIELDS,
-        RESULTS_PACK_VERSION,
-        stored_results_frame,
-    )
-
-    frame = stored_results_frame(run_ids=[run_id])
-    top = int(frame["result_id"].max()) if len(frame) else None
-    blob = frame_pack(frame, arrays={RESULT_FIELDS[f]: kind for f, kind in ARRAY_FIELDS.items()})
-    RunResultsPack.objects.update_or_create(
-        run_id=run_id,
-        defaults={"version": RESULTS_PACK_VERSION, "n_rows": len(frame), "max_result_id": top, "data": blob},
-    )
-    return len(frame)
-
-
-def results_packs_store(*, experiment: Experiment) -> int:
-    """Pack every finished run of ``experiment`` that has no pack of the current version, as the
-    worker does for each run as it ends (``runs.run_finish``): for experiments whose rows were
-    stored some other way (the bench's synthetic experiment, tests). Returns the runs packed."""
-    from console.analysis.models import RunResultsPack
-    from console.analysis.selectors import RESULTS_PACK_VERSION
-
-    done = experiment.runs.filter(status="done").values_list("pk", flat=True)
-    current = set(
-        RunResultsPack.objects.filter(run_id__in=list(done), version=RESULTS_PACK_VERSION).values_list(
-            "run_id", flat=True
-        )
-    )
-    missing = [pk for pk in done if pk not in current]
-    for pk in missing:
-        results_pack_store(run_id=pk)
     return len(missing)

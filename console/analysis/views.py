@@ -14,16 +14,17 @@ from django.views.decorators.http import require_POST, require_safe
 from console.accounts.access import capability_required
 from console.accounts.roles import RUN_EXPERIMENT
 from console.analysis import plots, slice_view
-from console.analysis.models import RequestResult
 from console.analysis.selectors import (
     comparison_for_experiment,
     comparison_progress,
     comparison_state,
     experiment_cross_vocabulary_arms,
-    results_frames,
 )
+from console.experiments.enqueue import comparison_enqueue
 from console.experiments.models import Experiment, Run
 from console.exports import csv_cell
+from console.results.models import RequestResult
+from console.results.selectors import results_frames
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -268,10 +269,8 @@ def experiment_comparison(request, pk: int):
 @capability_required(RUN_EXPERIMENT)
 def experiment_comparison_refresh(request, pk: int):
     """Ask a worker to (re)compute the comparison from the runs finished now."""
-    from workers.tasks import compute_comparison
-
     experiment = get_object_or_404(Experiment, pk=pk)
-    compute_comparison.delay(experiment_id=experiment.pk)
+    comparison_enqueue(experiment_id=experiment.pk)
     messages.success(request, "A worker is computing the comparison from the runs finished now.")
     return redirect("analysis:comparison", pk=experiment.pk)
 

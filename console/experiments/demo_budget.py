@@ -144,8 +144,8 @@ def experiment_budget(
     *, experiment: Any, before_command: float | None, fetch: float, total: float
 ) -> DemoBudget:
     """The budget of ``experiment``'s finished runs (read from the database)."""
-    from console.analysis.models import RequestResult
     from console.experiments.models import Run
+    from console.results.models import RequestResult
 
     per_run = []
     for run in experiment.runs.filter(status=Run.Status.DONE).order_by("order"):

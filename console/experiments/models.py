@@ -1,4 +1,5 @@
-"""Experiments: a baseline against candidates, expanded into a matrix of runs."""
+"""Experiments: a baseline against candidates, expanded into a matrix of runs; and the heartbeat
+rows that show a worker reached the database."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ class Experiment(models.Model):
     capacity_search = models.JSONField(
         null=True,
         blank=True,
-        help_text="capacity search per arm and repeat (console.experiments.capacity); null = off",
+        help_text="capacity search per arm and repeat (console.experiments.capacity_search); null = off",
     )
 
     class Meta:
@@ -102,6 +103,8 @@ class Run(models.Model):
         DONE = "done"
         FAILED = "failed"
         CANCELLED = "cancelled"
+
+    ERROR_MAX = 4000  # characters of a run's error kept
 
     experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
     arm = models.ForeignKey(Arm, on_delete=models.CASCADE, related_name="runs")
@@ -164,3 +167,16 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.pk} ({self.arm.label} @ {self.load_label} #{self.repeat})"
+
+
+class WorkerHeartbeat(models.Model):
+    """Written by the ``workers.ping`` task: proof that a real worker reached the database. Its
+    table keeps the name it had in ``console.accounts`` (the move was a change of Django state
+    only: ``migrations/0008_worker_heartbeat.py``)."""
+
+    note = models.CharField(max_length=200)
+    hostname = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "accounts_workerheartbeat"

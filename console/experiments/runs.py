@@ -1,4 +1,5 @@
-"""A run's life: enqueue, claim, heartbeat, finish, fail, cancel, retry, reap.
+"""A run's life: claim, heartbeat, finish, fail, cancel, retry, reap (its task is sent by
+``enqueue.py``).
 
 Every write here is a conditional UPDATE keyed on the run's id, its status and, once a
 worker holds it, the attempt token its claim drew. A worker that lost its claim (the
@@ -8,7 +9,10 @@ ids, and the reaper re-sends any queued run whose message the broker no longer h
 
 Used by the worker (``workers/execution.py``), the console (``services.py``, views) and the
 periodic reaper (Celery beat, or the embedded worker's timer). Nothing here imports
-``workers``: tasks are sent by name.
+``workers``: tasks are sent by name. What a run stores belongs to ``console.results``, above
+this module: the worker stores a finished run's results through
+``console.results.services.results_store`` (which calls :func:`run_finish`), and the results
+an ended attempt leaves are discarded through ``hooks.py``.
 """
 
 from __future__ import annotations
@@ -16,9 +20,8 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import math
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,50 +31,21 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from console.experiments.capacity_search import capacity_searches_advance
+from console.experiments.enqueue import comparison_enqueue, run_enqueue
+from console.experiments.hooks import run_finished_notify, run_results_discard
 from console.experiments.models import Experiment, Run
 
 log = logging.getLogger(__name__)
 
-EXECUTE_TASK = "workers.execute_run"
-COMPARISON_TASK = "workers.compute_comparison"
-ERROR_MAX = 4000  # characters of a run's error kept
-BULK_BATCH = 2000
 
-
-# --- enqueue ---------------------------------------------------------------------------------
-
-
-def run_enqueue(*, run: Run, queue: str | None = None) -> str:
-    """Send the run's task once the surrounding transaction commits; returns the task id.
-
-    ``queue`` overrides the run's own queue: a worker started for one experiment
-    (``workers/embedded.py``) listens on a queue of its own, so it serves those runs only.
-
-    A broker that refuses the message leaves the run ``queued`` with the reason in its
-    error; the reaper sends it again once the broker is back.
-    """
-    task_id = str(uuid.uuid4())
-    Run.objects.filter(pk=run.pk).update(celery_task_id=task_id, enqueued_at=timezone.now())
-    run_id, queue = run.pk, queue or run.queue
-
-    def send() -> None:
-        try:
-            current_app.send_task(EXECUTE_TASK, kwargs={"run_id": run_id}, queue=queue, task_id=task_id)
-        except Exception as exc:
-            log.exception("run %s: the broker refused its task", run_id)
-            Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, celery_task_id=task_id).update(
-                error=f"waiting for the broker (sending the task failed: {type(exc).__name__}: {exc}); "
-                "the reaper sends it again"[:ERROR_MAX]
-            )
-
-    transaction.on_commit(send, robust=True)
-    return task_id
+# --- retry (its task is sent by ``enqueue.py``) ----------------------------------------------
 
 
 @transaction.atomic
 def run_retry(*, run: Run, queue: str | None = None) -> bool:
     """Queue a failed or cancelled run again; its old results are replaced when it runs
-    (``queue`` as in :func:`run_enqueue`)."""
+    (``queue`` as in ``enqueue.run_enqueue``)."""
     updated = Run.objects.filter(pk=run.pk, status__in=[Run.Status.FAILED, Run.Status.CANCELLED]).update(
         status=Run.Status.QUEUED,
         error="",
@@ -139,136 +113,37 @@ def run_update(*, run_id: int, token: str, **fields: Any) -> bool:
     return bool(_held(run_id, token).update(**fields))
 
 
-@dataclass
-class Sanitised:
-    """What the store changed so that a row could be written at all."""
-
-    notes: dict[str, int] = field(default_factory=dict)
-
-    def note(self, what: str) -> None:
-        self.notes[what] = self.notes.get(what, 0) + 1
-
-    def text(self, value: str | None, *, what: str, max_length: int | None = None) -> str | None:
-        if value is None:
-            return None
-        if "\x00" in value:
-            value = value.replace("\x00", "")
-            self.note(f"NUL bytes removed from {what}")
-        if max_length is not None and len(value) > max_length:
-            value = value[:max_length]
-            self.note(f"{what} cut to {max_length} characters")
-        return value
-
-    def json(self, value: Any, *, what: str) -> Any:
-        """JSON Postgres accepts: no NUL in strings, no NaN or infinities (stored as null)."""
-        if isinstance(value, str):
-            return self.text(value, what=what)
-        if isinstance(value, float) and not math.isfinite(value):
-            self.note(f"non-finite numbers in {what} stored as null")
-            return None
-        if isinstance(value, dict):
-            return {str(self.text(str(k), what=what)): self.json(v, what=what) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [self.json(v, what=what) for v in value]
-        return value
-
-    def array(self, value: Any, *, kind: str, what: str) -> Any:
-        """A per-request array the packed field stores (``console.analysis.arrays``): returned
-        as is when it packs; one that cannot (not a flat list of numbers) is stored empty and
-        noted, so one malformed row never loses the run. NaN and infinities store as they are."""
-        from console.analysis.arrays import ArrayPackError, pack
-
-        try:
-            pack(value, kind=kind, what=what)
-        except ArrayPackError:
-            self.note(f"{what} not a flat list of numbers, stored empty")
-            return []
-        return value
-
-    def summary(self) -> str:
-        if not self.notes:
-            return ""
-        return "stored with changes: " + "; ".join(f"{what} ({n}x)" for what, n in sorted(self.notes.items()))
-
-
-def result_rows_sanitise(*, rows: Iterable[Any], sanitised: Sanitised) -> list[Any]:
-    """Make unsaved ``RequestResult`` rows storable: strip NUL bytes, cut over-long fields."""
-    from console.analysis.models import RequestResult
-    from console.analysis.selectors import ARRAY_FIELDS
-
-    limits = {f.name: f.max_length for f in RequestResult._meta.fields if getattr(f, "max_length", None)}
-    out = []
-    for row in rows:
-        for name in ("output_text", "error", "finish_reason", "request_id"):
-            setattr(row, name, sanitised.text(getattr(row, name), what=name, max_length=limits.get(name)))
-        for name, kind in ARRAY_FIELDS.items():
-            setattr(row, name, sanitised.array(getattr(row, name), kind=kind, what=name))
-        out.append(row)
-    return out
-
-
 def run_finish(
     *,
     run_id: int,
     token: str,
-    rows: list[Any],
-    telemetry: dict[str, Any],
+    store: Callable[[], int],
     wall_s: float,
     error: str = "",
 ) -> bool:
-    """Store a finished run's results and mark it done, in one transaction, only while the
-    claim is held: a worker that lost it writes nothing. A rerun's rows replace the old ones.
-
-    ``rows`` are unsaved ``RequestResult`` objects; ``telemetry`` the ``RunTelemetry``
-    fields. Returns False (nothing written) when the claim was lost.
+    """Mark a run done with its results, in one transaction, only while the claim is held: a
+    worker that lost it writes nothing. ``store()`` writes the results (replacing a rerun's old
+    ones) and returns how many requests they hold; it is ``console.results.services.results_store``
+    that the worker calls, and that calls this. Once committed, the apps above derive what they
+    cache from the results (``hooks.run_finished_notify``) and the experiment's status is
+    refreshed. Returns False (nothing written) when the claim was lost.
     """
-    from console.analysis.models import RequestResult, RunTelemetry
-
-    sanitised = Sanitised()
-    rows = result_rows_sanitise(rows=rows, sanitised=sanitised)
-    telemetry = {k: sanitised.json(v, what="telemetry") for k, v in telemetry.items()}
     with transaction.atomic():
         # The row lock makes the reaper and a cancel wait for this write, then find it done.
         if not _held(run_id, token).select_for_update().exists():
             return False
-        _results_clear(run_id)
-        RequestResult.objects.bulk_create(rows, batch_size=BULK_BATCH)
-        RunTelemetry.objects.create(run_id=run_id, **telemetry)
-        note = sanitised.summary()
+        stored = store()
         _held(run_id, token).update(
             status=Run.Status.DONE,
             finished_at=timezone.now(),
             heartbeat_at=timezone.now(),
             wall_s=wall_s,
-            progress_done=len(rows),
-            error="; ".join(m for m in (error, note) if m)[:ERROR_MAX],
+            progress_done=stored,
+            error=error[: Run.ERROR_MAX],
         )
-    _results_pack(run_id)
-    _fit_summarise(run_id)
+    run_finished_notify(run_id=run_id)
     _experiment_refresh_for(run_id)
     return True
-
-
-def _results_pack(run_id: int) -> None:
-    """Pack the run's rows into one value now, so the comparison that follows the last run
-    loads each run in one read instead of one row per request."""
-    from console.analysis.services import results_pack_store
-
-    try:
-        results_pack_store(run_id=run_id)
-    except Exception:  # derived data: the comparison reads the rows of a run without a pack
-        log.exception("run %s: could not pack its results", run_id)
-
-
-def _fit_summarise(run_id: int) -> None:
-    """Cache a finished baseline run's fit facts now, so the experiment page refines its fit
-    assessment while the candidates still run (pages never compute it)."""
-    from console.analysis.services import fit_run_summarise
-
-    try:
-        fit_run_summarise(run_id=run_id)
-    except Exception:  # derived data: the comparison task computes what is missing again
-        log.exception("run %s: could not cache its fit facts", run_id)
 
 
 def run_fail(*, run_id: int, token: str, message: str, retry: bool = False) -> bool:
@@ -277,18 +152,18 @@ def run_fail(*, run_id: int, token: str, message: str, retry: bool = False) -> b
     with transaction.atomic():
         if not _held(run_id, token).select_for_update().exists():
             return False
-        _results_clear(run_id)
+        run_results_discard(run_id=run_id)
         if retry:
             _held(run_id, token).update(
                 status=Run.Status.QUEUED,
                 attempt_token="",
                 heartbeat_at=None,
                 enqueued_at=timezone.now(),
-                error=f"retrying: {message}"[:ERROR_MAX],
+                error=f"retrying: {message}"[: Run.ERROR_MAX],
             )
         else:
             _held(run_id, token).update(
-                status=Run.Status.FAILED, finished_at=timezone.now(), error=message[:ERROR_MAX]
+                status=Run.Status.FAILED, finished_at=timezone.now(), error=message[: Run.ERROR_MAX]
             )
     if not retry:
         _experiment_refresh_for(run_id)
@@ -300,19 +175,10 @@ def run_cancel(*, run_id: int, token: str) -> bool:
     with transaction.atomic():
         if not _held(run_id, token).select_for_update().exists():
             return False
-        _results_clear(run_id)
+        run_results_discard(run_id=run_id)
         _held(run_id, token).update(status=Run.Status.CANCELLED, finished_at=timezone.now())
     _experiment_refresh_for(run_id)
     return True
-
-
-def _results_clear(run_id: int) -> None:
-    from console.analysis.models import RequestResult, RunResultsPack, RunSummary, RunTelemetry
-
-    RunResultsPack.objects.filter(run_id=run_id).delete()
-    RequestResult.objects.filter(run_id=run_id).delete()
-    RunTelemetry.objects.filter(run_id=run_id).delete()
-    RunSummary.objects.filter(run_id=run_id).delete()
 
 
 def _experiment_refresh_for(run_id: int) -> None:
@@ -323,10 +189,8 @@ def _experiment_refresh_for(run_id: int) -> None:
 
 def experiment_status_refresh(*, experiment_id: int) -> str:
     """Derive the experiment's status from its runs once none is left to run. A capacity
-    search's next step is added first (``capacity.capacity_searches_advance``): the experiment is
-    done only once every search has ended."""
-    from console.experiments.capacity import capacity_searches_advance
-
+    search's next step is added first (``capacity_search.capacity_searches_advance``): the
+    experiment is done only once every search has ended."""
     try:
         capacity_searches_advance(experiment_id=experiment_id)
     except Exception:  # the next refresh (the reaper's, at the latest) tries again
@@ -346,21 +210,8 @@ def experiment_status_refresh(*, experiment_id: int) -> str:
     if Run.objects.filter(
         experiment_id=experiment_id, status=Run.Status.DONE, arm__is_baseline=True
     ).exists():
-        _comparison_enqueue(experiment_id=experiment_id)
+        comparison_enqueue(experiment_id=experiment_id)
     return status
-
-
-def _comparison_enqueue(*, experiment_id: int) -> None:
-    """Ask a worker to compute the experiment's comparison once this transaction commits (the
-    pages only read the stored one). Sent by name: nothing here imports ``workers``."""
-
-    def send() -> None:
-        try:
-            current_app.send_task(COMPARISON_TASK, kwargs={"experiment_id": experiment_id})
-        except Exception:  # the comparison is derived data: the next refresh asks again
-            log.exception("experiment %s: could not ask for its comparison", experiment_id)
-
-    transaction.on_commit(send, robust=True)
 
 
 # --- the reaper ------------------------------------------------------------------------------
@@ -419,7 +270,7 @@ def runs_reap(
         with transaction.atomic():
             if run.cancel_requested:
                 if lost.update(status=Run.Status.CANCELLED, finished_at=now, attempt_token=""):
-                    _results_clear(run.pk)
+                    run_results_discard(run_id=run.pk)
                     report.cancelled.append(run.pk)
             elif run.attempt < max_attempts:
                 if lost.update(
@@ -428,7 +279,7 @@ def runs_reap(
                     heartbeat_at=None,
                     error=f"worker lost ({silence}) on attempt {run.attempt}; re-queued",
                 ):
-                    _results_clear(run.pk)
+                    run_results_discard(run_id=run.pk)
                     run_enqueue(run=run)
                     report.requeued.append(run.pk)
             elif lost.update(
@@ -437,7 +288,7 @@ def runs_reap(
                 attempt_token="",
                 error=f"worker lost ({silence}) on attempt {run.attempt} of {max_attempts}; retry the run",
             ):
-                _results_clear(run.pk)
+                run_results_discard(run_id=run.pk)
                 report.failed.append(run.pk)
         experiments.add(run.experiment_id)
     _queued_resend(report=report, older_than=now - datetime.timedelta(seconds=resend_after_s))

@@ -10,7 +10,8 @@ from celery import current_app
 from django.db import transaction
 from django.utils import timezone
 
-from console.experiments.capacity import capacity_first_runs, capacity_search_clean
+from console.experiments.capacity_search import capacity_first_runs, capacity_search_clean
+from console.experiments.enqueue import run_enqueue
 from console.experiments.matrix import (
     OutputBucket,
     arm_label,
@@ -24,7 +25,6 @@ from console.experiments.matrix import (
 )
 from console.experiments.models import Arm, Experiment, Run, ServingConfig
 from console.experiments.runs import experiment_status_refresh as experiment_status_refresh
-from console.experiments.runs import run_enqueue
 from console.experiments.runs import run_retry as run_retry
 from console.traces.models import TRAFFIC_CLASSES, Trace
 
@@ -182,7 +182,7 @@ def experiment_create(
     ``output_buckets`` (``matrix.output_buckets_parse``: ``"0:64,64:256,256:1024"``) makes the
     matrix arms x loads x buckets: each bucket's runs replay the requests whose recorded output
     length is in it, with ``max_tokens`` capped at its own limit. None or empty: no buckets.
-    ``capacity_search`` (``console.experiments.capacity.capacity_search_clean``; None = off) adds
+    ``capacity_search`` (``console.experiments.capacity_search.capacity_search_clean``; None = off) adds
     a capacity search per arm and repeat after the matrix: its steps are more runs, added one by
     one as each finishes.
     Raises ExperimentInvalid with field errors (``candidates.0``, ``load_levels``...); nothing is stored then.

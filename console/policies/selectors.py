@@ -11,12 +11,13 @@ from django.db.models import QuerySet
 
 from console.analysis.metrics import requests_derive
 from console.analysis.quality import quality_flags
-from console.analysis.selectors import experiment_finished_runs, experiment_sweeps, results_frames
+from console.analysis.selectors import experiment_finished_runs, experiment_sweeps
 from console.experiments.models import Experiment
 from console.policies import deploy
 from console.policies import features as policy_features
 from console.policies import pairs as policy_pairs
 from console.policies.models import SlicePolicy
+from console.results.selectors import results_frames
 from console.traces.models import TraceRequest
 
 

@@ -43,8 +43,9 @@ def roundtrip_check() -> dict:
     from django.core.exceptions import ValidationError
     from django.db import connection, transaction
 
-    from console.analysis.models import RequestResult
-    from console.analysis.selectors import experiment_finished_runs, results_frames
+    from console.analysis.selectors import experiment_finished_runs
+    from console.results.models import RequestResult
+    from console.results.selectors import results_frames
 
     experiment = _experiment()
     rows = list(RequestResult.objects.order_by("pk"))
@@ -131,9 +132,10 @@ def pack_check() -> dict:
     (both ignored: the rows are read instead)."""
     from django.db import connection
 
-    from console.analysis.models import RequestResult, RunResultsPack
-    from console.analysis.selectors import experiment_finished_runs, results_frames
-    from console.analysis.services import results_pack_store, results_packs_store
+    from console.analysis.selectors import experiment_finished_runs
+    from console.results.models import RequestResult, RunResultsPack
+    from console.results.selectors import results_frames
+    from console.results.services import results_pack_store, results_packs_store
 
     experiment = _experiment()
     rows = list(RequestResult.objects.order_by("pk"))
@@ -178,7 +180,7 @@ def migration_check() -> dict:
     from django.db import connection
     from django.db.migrations.executor import MigrationExecutor
 
-    from console.analysis.models import RequestResult
+    from console.results.models import RequestResult
 
     experiment = _experiment()
     before = {

@@ -15,10 +15,10 @@ from console.analysis.comparison.capacity_stage import (
     capacity_ratio,
     capacity_stage,
     nearest_rank,
-    next_multiplier,
     search_result,
     slo_evaluate,
 )
+from console.experiments.capacity_bisection import next_multiplier
 
 
 def _search(threshold: float, *, lo=0.25, hi=16.0, steps=5, passes=None) -> list[tuple[float, bool]]:

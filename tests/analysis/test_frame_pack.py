@@ -1,4 +1,4 @@
-"""A run's rows as one value (``console.analysis.frame_pack``): exact round trips, and clear
+"""A run's rows as one value (``console.results.frame_pack``): exact round trips, and clear
 refusals of whatever is not a pack. The database side is in ``packed_checks.pack_check``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from console.analysis.frame_pack import (
+from console.results.frame_pack import (
     MAGIC,
     FramePackError,
     frame_pack,

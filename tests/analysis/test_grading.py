@@ -217,8 +217,8 @@ def test_it_leaves_requests_without_references_ungraded_in_the_comparison():
 
 @pytest.mark.django_db
 def test_it_grades_in_the_worker_computation_and_shows_it_on_the_page_and_api(viewer_client, gsm8k):
-    from console.analysis.models import RequestResult
     from console.analysis.services import comparison_refresh
+    from console.results.models import RequestResult
     from console.traces.models import TraceRequest
     from tests.support.synthetic import experiment_synthesize
 

@@ -9,10 +9,10 @@ import json
 import pytest
 
 from console.analysis.grading import grade, reference_of
-from console.analysis.models import RequestResult
 from console.analysis.selectors import comparison_for_experiment, comparison_state
 from console.experiments.models import Experiment, Run
 from console.experiments.services import experiment_create, experiment_start
+from console.results.models import RequestResult
 from console.traces.models import TraceRequest
 from tests.conftest import wait_for
 from tests.experiments.factories import trace_make

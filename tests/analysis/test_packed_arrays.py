@@ -1,4 +1,4 @@
-"""The packed per-request arrays (``console.analysis.arrays``): exact round trips and the data
+"""The packed per-request arrays (``console.results.arrays``): exact round trips and the data
 migration from JSON, on PostgreSQL here and on SQLite in a process of its own."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from console.analysis.arrays import ArrayPackError, pack, unpack, unpack_many
+from console.results.arrays import ArrayPackError, pack, unpack, unpack_many
 from tests.analysis import packed_checks
 from tests.conftest import ROOT
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from console.analysis.models import RequestResult
+from console.results.models import RequestResult
 from console.traces.models import TraceRequest
 
 pytestmark = pytest.mark.django_db
@@ -90,9 +90,9 @@ def test_it_shows_the_noise_floor_in_each_cell_and_marks_exploratory_cells(viewe
 
 
 def test_it_flags_a_candidate_whose_server_counters_show_no_draft(viewer_client):
-    from console.analysis.models import RunTelemetry
     from console.analysis.services import comparison_refresh
     from console.experiments.models import Run
+    from console.results.models import RunTelemetry
     from tests.support.synthetic import experiment_synthesize
 
     experiment = experiment_synthesize(n_requests=30, ks=(2, 4), loads="1x", repeats=1, seed=5)
@@ -119,9 +119,9 @@ def test_it_flags_a_candidate_whose_server_counters_show_no_draft(viewer_client)
 
 
 def test_it_shows_what_the_drafter_costs_the_kv_cache_per_arm(viewer_client):
-    from console.analysis.models import RunTelemetry
     from console.analysis.services import comparison_refresh
     from console.experiments.models import Run
+    from console.results.models import RunTelemetry
     from tests.support.synthetic import experiment_synthesize
 
     experiment = experiment_synthesize(n_requests=30, ks=(2,), loads="1x", repeats=2, seed=5)

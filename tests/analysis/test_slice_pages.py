@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from console.analysis.models import RequestResult, RunTelemetry
+from console.results.models import RequestResult, RunTelemetry
 
 pytestmark = pytest.mark.django_db
 

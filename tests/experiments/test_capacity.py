@@ -8,16 +8,17 @@ import math
 
 import pytest
 
-from console.analysis.models import RequestResult
-from console.experiments.capacity import capacity_searches_advance
+from console.experiments.capacity_search import capacity_searches_advance
 from console.experiments.models import Experiment, Run
-from console.experiments.runs import experiment_status_refresh, run_claim, run_finish
+from console.experiments.runs import experiment_status_refresh, run_claim
 from console.experiments.services import (
     ExperimentInvalid,
     experiment_cancel,
     experiment_create,
     experiment_start,
 )
+from console.results.models import RequestResult
+from console.results.services import results_store as run_finish
 from tests.conftest import wait_for
 from tests.experiments.factories import trace_make
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from console.analysis.models import RunSummary
+from console.results.models import RunSummary
 from console.traces.models import TraceRequest
 
 pytestmark = pytest.mark.django_db
@@ -88,7 +88,7 @@ def test_it_warns_when_external_time_leaves_generation_under_half(viewer_client)
 
 
 def test_it_grades_reference_answers_and_judges_the_quality_bar(viewer_client):
-    from console.analysis.models import RequestResult
+    from console.results.models import RequestResult
 
     experiment = _synthetic()
     math = TraceRequest.objects.filter(trace=experiment.trace, task="math")

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from console.analysis.models import RequestResult
 from console.experiments.models import Experiment, Run
 from console.experiments.services import ExperimentInvalid, experiment_create, experiment_start
+from console.results.models import RequestResult
 from tests.conftest import wait_for
 from tests.experiments.factories import trace_make
 

@@ -290,7 +290,7 @@ def stream_server(openai_register):
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_a_real_worker_replays_each_buckets_requests_only(stream_server, celery_worker_proc):
-    from console.analysis.models import RequestResult
+    from console.results.models import RequestResult
     from tests.conftest import wait_for
     from tests.experiments.factories import script_prompt
 

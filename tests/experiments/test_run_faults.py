@@ -18,9 +18,9 @@ import time
 
 import pytest
 
-from console.analysis.models import RequestResult
 from console.experiments.models import Experiment, Run
 from console.experiments.services import experiment_start
+from console.results.models import RequestResult
 from tests.conftest import ROOT, _worker_env, _worker_start, wait_for
 from tests.experiments.factories import script_prompt, scripted_experiment_make
 

@@ -12,18 +12,18 @@ import time
 import pytest
 from django.utils import timezone
 
-from console.analysis.models import RequestResult
 from console.experiments.models import Experiment, Run
 from console.experiments.runs import (
     broker_task_ids,
     run_claim,
     run_fail,
-    run_finish,
     run_heartbeat,
     run_retry,
     runs_reap,
 )
 from console.experiments.services import experiment_cancel, experiment_start
+from console.results.models import RequestResult
+from console.results.services import results_store as run_finish
 from tests.conftest import wait_for
 from tests.experiments.factories import scripted_experiment_make
 
@@ -253,8 +253,8 @@ def test_it_schedules_the_reaper_on_beat_in_its_own_queue():
 
 @pytest.mark.django_db
 def test_it_packs_a_finished_runs_rows_and_drops_the_pack_with_them():
-    from console.analysis.models import RunResultsPack
-    from console.analysis.selectors import results_frames
+    from console.results.models import RunResultsPack
+    from console.results.selectors import results_frames
 
     experiment = _started()
     run = experiment.runs.order_by("order").first()

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from console.analysis.models import RequestResult
 from console.experiments.models import Experiment, Run
 from console.experiments.services import experiment_cancel, experiment_start
+from console.results.models import RequestResult
 from tests.conftest import wait_for
 from tests.experiments.factories import script_prompt, scripted_experiment_make
 

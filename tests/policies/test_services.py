@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import PermissionDenied
 
-from console.analysis.models import RequestResult
 from console.policies import features as policy_features
 from console.policies import router as policy_router
 from console.policies.models import SlicePolicy
 from console.policies.selectors import PolicyInputError, policy_export, policy_inputs
 from console.policies.services import policy_fit
+from console.results.models import RequestResult
 from tests.support.synthetic import experiment_synthesize
 
 pytestmark = pytest.mark.django_db

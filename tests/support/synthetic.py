@@ -13,8 +13,8 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from console.analysis.models import RequestResult, RunTelemetry
 from console.experiments.services import experiment_create
+from console.results.models import RequestResult, RunTelemetry
 from console.traces.models import Trace, TraceRequest
 
 TASKS = ("code", "chat", "math", "json", "tool_call")

@@ -9,7 +9,7 @@ from tests.conftest import wait_for
 
 @pytest.mark.worker
 def test_it_runs_a_task_on_a_real_worker_and_writes_postgres(celery_worker_proc):
-    from console.accounts.models import WorkerHeartbeat
+    from console.experiments.models import WorkerHeartbeat
     from workers.tasks import ping
 
     ping.apply_async(kwargs={"note": "hello from the test"}, queue="cpu")

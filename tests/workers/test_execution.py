@@ -87,8 +87,8 @@ def test_it_stores_a_servers_error_cut_and_without_the_key_it_echoed(openai_regi
 
 @pytest.mark.django_db(transaction=True)  # the heartbeat thread reads the claim on its own connection
 def test_it_stores_a_servers_per_request_spec_totals_and_counter_deltas(openai_register):
-    from console.analysis.models import RequestResult, RunTelemetry
     from console.analysis.services import comparison_refresh
+    from console.results.models import RequestResult, RunTelemetry
     from tests.support.stream_server import Script, stream_server_start
 
     # Every request: the prefill's token, then 3 steps of 3 drafts accepting 2, 0 and 3 tokens;

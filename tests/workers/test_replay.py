@@ -216,7 +216,7 @@ def test_it_goes_on_when_the_progress_callback_or_cancel_check_fails(server, eng
 
 
 def test_it_gives_rows_that_fit_the_request_result_model(server, engine):
-    from console.analysis.models import RequestResult
+    from console.results.models import RequestResult
 
     result = replay_run_sync(engine=engine, specs=[_spec("row-0", 0.0, script_prompt(tokens=[2, 1]))])
     row = result.records[0].as_row()

@@ -245,8 +245,9 @@ def test_it_runs_an_imported_session_trace_per_arm_and_analyses_it_by_turn(tmp_p
     """End to end: import, run_execute per arm (baseline on server a, candidate on b), results, comparison."""
     import json
 
-    from console.analysis.selectors import comparison_compute_for, results_frames
+    from console.analysis.selectors import comparison_compute_for
     from console.experiments.services import experiment_create
+    from console.results.selectors import results_frames
     from console.traces.services import trace_import_path
     from workers.execution import run_execute
 

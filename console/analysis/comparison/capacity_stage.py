@@ -1,6 +1,6 @@
 """Capacity at the SLO: the highest arrival-rate multiplier at which an arm's promised traffic
 still meets its service-level objective, found by bisection over ordinary runs (a capacity
-search, ``console.experiments.capacity``), and what it costs per successful task there.
+search, ``console.experiments.capacity_search``), and what it costs per successful task there.
 
 Pure numpy/pandas; no Django. Rates are multipliers of the trace's own arrival rate (1.0 = as
 recorded); times are seconds; money is USD; fractions are 0..1.
@@ -16,12 +16,8 @@ better); requests with fewer than two output tokens have no TPOT and are left ou
 
 The search (per arm and repeat)
 -------------------------------
-Bisection in log-space inside the bracket ``[lo, hi]``: the first step runs at sqrt(lo x hi);
-each next step at the geometric midpoint of the highest passing multiplier below the lowest
-failing one (``lo`` while none passed) and the lowest failing one (``hi`` while none failed).
-It stops after ``steps`` runs, or once the bracket is narrower than :data:`MIN_RATIO`. The
-bracket ends are never run themselves: with no passing step the capacity is "below" the lowest
-failing multiplier, with no failing step "at least" the highest passing one (censored).
+Bisection in log-space inside the bracket ``[lo, hi]`` (``console.experiments.capacity_bisection``,
+which decides the steps' multipliers while the search runs).
 
 The interval across repeats
 ---------------------------
@@ -45,14 +41,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-DEFAULT_LO = 0.25
-DEFAULT_HI = 16.0
-DEFAULT_STEPS = 5
-MAX_STEPS = 8
-MIN_MULTIPLIER = 1e-3
-MAX_MULTIPLIER = 1e3
-MIN_RATIO = 1.05  # a bracket narrower than 5 % is below what a replay of a few requests can tell
-SLO_BOUNDS = ("attainment", "p95_tpot_s", "p95_e2e_s")
+from console.experiments.capacity_bisection import search_bracket
+
 INTERVAL_METHOD = (
     "envelope of the repeats' search brackets: [lowest highest-passing, highest lowest-failing] "
     "multiplier; holds the search resolution and the run-to-run spread; not a confidence interval"
@@ -103,40 +93,6 @@ def slo_evaluate(derived: pd.DataFrame, slo: Mapping[str, Any]) -> dict[str, Any
             out[key] = None  # JSON has no infinity; ``reasons`` keeps the failure
             out[f"{key}_failed_requests"] = True
     return out | {"passed": not reasons, "reasons": reasons}
-
-
-def search_bracket(steps: Sequence[tuple[float, bool]]) -> tuple[float | None, float | None, bool]:
-    """(highest passing multiplier below the lowest failing one, lowest failing multiplier,
-    non-monotone) over finished ``steps`` of (multiplier, passed). None: no such step. A pass
-    above a failure (noise near the threshold) is ignored for the bracket and flagged."""
-    fails = [m for m, ok in steps if not ok]
-    low_fail = min(fails) if fails else None
-    passes = [m for m, ok in steps if ok]
-    below = [m for m in passes if low_fail is None or m < low_fail]
-    return (max(below) if below else None), low_fail, len(below) != len(passes)
-
-
-def next_multiplier(
-    steps: Sequence[tuple[float, bool]],
-    *,
-    lo: float,
-    hi: float,
-    max_steps: int,
-    min_ratio: float = MIN_RATIO,
-) -> float | None:
-    """The rate multiplier of the search's next step after ``steps`` (finished, in order, as
-    (multiplier, passed)), or None when the search is over (``max_steps`` run, or the bracket is
-    narrower than ``min_ratio``). Bisection in log-space, see the module docstring."""
-    if len(steps) >= max_steps:
-        return None
-    if not steps:
-        return math.sqrt(lo * hi)
-    passed, failed, _ = search_bracket(steps)
-    a = passed if passed is not None else lo
-    b = failed if failed is not None else hi
-    if not b / a > min_ratio:
-        return None
-    return math.sqrt(a * b)
 
 
 def search_result(steps: Sequence[tuple[float, bool]]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Result arrays from per-row JSON to packed bytes (``console.analysis.arrays``).
+"""Result arrays from per-row JSON to packed bytes (``console.results.arrays``).
 
 Adds a packed column beside each JSON one, converts every stored row (in batches, by primary
 key), drops the JSON column and gives the packed one its name. Reversible: backwards, the JSON
@@ -16,7 +16,7 @@ import math
 import numpy as np
 from django.db import migrations
 
-import console.analysis.arrays
+import console.results.arrays
 
 FIELDS = {
     "chunk_times": "float",
@@ -124,7 +124,7 @@ class Migration(migrations.Migration):
             migrations.AddField(
                 model_name="requestresult",
                 name=name + "_packed",
-                field=console.analysis.arrays.PackedArrayField(kind=kind, help_text=HELP[name]),
+                field=console.results.arrays.PackedArrayField(kind=kind, help_text=HELP[name]),
             )
             for name, kind in FIELDS.items()
         ],

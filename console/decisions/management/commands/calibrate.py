@@ -9,9 +9,9 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from console.analysis.metrics import requests_derive
-from console.analysis.selectors import results_frames
 from console.decisions.calibration import calibrate, pool_from_results, pool_shipped
 from console.experiments.models import Run
+from console.results.selectors import results_frames
 
 
 def _pool_from_db(experiment_id: int | None):

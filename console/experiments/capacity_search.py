@@ -1,15 +1,16 @@
 """Capacity search as more runs: the option's validation, the first step of every search, and the
 advance that adds the next step when one finishes (the bisection itself is pure:
-``console.analysis.comparison.capacity``).
+``capacity_bisection.py``).
 
 A search runs per arm and per repeat. Each step is an ordinary run (stored with its results)
 with its own ``rate_multiplier``, ``capacity_step`` (1-based) and load label ``cap-<step>``.
 When a step finishes, :func:`capacity_searches_advance` (called from
-``runs.experiment_status_refresh``, so by the worker, the reaper and cancels alike) evaluates its
-SLO from its stored results, stores that outcome on the run, and creates and enqueues the next
-step, until the step budget or the bracket's resolution is reached. It holds the experiment's
-row lock while it decides, and a unique constraint on (experiment, arm, repeat, step) backs it:
-a retried or concurrent advance never adds two next steps for one finished step.
+``runs.experiment_status_refresh``, so by the worker, the reaper and cancels alike) has its
+SLO outcome evaluated from its stored results (by analysis, through ``hooks.py``: results and
+metrics sit above experiments), stores that outcome on the run, and creates and enqueues the
+next step, until the step budget or the bracket's resolution is reached. It holds the
+experiment's row lock while it decides, and a unique constraint on (experiment, arm, repeat,
+step) backs it: a retried or concurrent advance never adds two next steps for one finished step.
 """
 
 from __future__ import annotations
@@ -23,22 +24,20 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Max
 
-from console.analysis.comparison.capacity import (
-    DEFAULT_HI,
-    DEFAULT_LO,
-    DEFAULT_STEPS,
-    MAX_MULTIPLIER,
-    MAX_STEPS,
-    MIN_MULTIPLIER,
-    MIN_RATIO,
-    SLO_BOUNDS,
-    next_multiplier,
-    slo_evaluate,
-)
+from console.experiments.capacity_bisection import MIN_RATIO, next_multiplier
+from console.experiments.enqueue import run_enqueue
+from console.experiments.hooks import capacity_step_outcome
 from console.experiments.models import Experiment, Run
 
 log = logging.getLogger(__name__)
 
+DEFAULT_LO = 0.25  # the bracket of rate multipliers a search bisects, unless the option says
+DEFAULT_HI = 16.0
+DEFAULT_STEPS = 5  # runs per search
+MAX_STEPS = 8
+MIN_MULTIPLIER = 1e-3
+MAX_MULTIPLIER = 1e3
+SLO_BOUNDS = ("attainment", "p95_tpot_s", "p95_e2e_s")  # ``capacity_stage.slo_evaluate`` checks each
 SEARCH_KEYS = ("slo", "lo", "hi", "steps")
 SLO_KEYS = ("traffic_class", *SLO_BOUNDS)
 SLO_CLASSES = ("interactive", "batch", "all")
@@ -153,34 +152,6 @@ def capacity_first_runs(*, experiment: Experiment, arms: list, repeats: int, fir
     return runs
 
 
-def capacity_step_outcome(*, run: Run, slo: dict, deadlines: dict) -> dict[str, Any]:
-    """The SLO evaluation of one finished step run, from its stored results."""
-    import pandas as pd
-
-    from console.analysis.metrics import requests_derive
-    from console.analysis.models import RequestResult
-
-    fields = {
-        "scheduled_s": "scheduled_s",
-        "sent_s": "sent_s",
-        "first_token_s": "first_token_s",
-        "finish_s": "finish_s",
-        "queue_s": "queue_s",
-        "chunk_times": "chunk_times",
-        "num_output_tokens": "num_output_tokens",
-        "finish_reason": "finish_reason",
-        "error": "error",
-        "trace_request__traffic_class": "traffic_class",
-    }
-    rows = RequestResult.objects.filter(run_id=run.pk).values_list(*fields)
-    frame = pd.DataFrame.from_records(list(rows), columns=list(fields.values()))
-    for column in ("sent_s", "first_token_s", "finish_s", "queue_s"):
-        frame[column] = frame[column].astype(float)
-    frame["error"] = frame["error"].where(frame["error"].astype(bool), None)
-    derived = requests_derive(frame, deadlines=deadlines)
-    return slo_evaluate(derived, slo)
-
-
 def capacity_searches_advance(*, experiment_id: int) -> list[int]:
     """Add the next step of every search whose last step finished (``done``) and that is not
     over; returns the new runs' ids (enqueued once this transaction commits). Does nothing
@@ -194,8 +165,6 @@ def capacity_searches_advance(*, experiment_id: int) -> list[int]:
         experiment_id=experiment_id, capacity_step__isnull=False, status=Run.Status.DONE
     ).exists():
         return []
-    from console.experiments.runs import run_enqueue
-
     created: list[int] = []
     with transaction.atomic():
         experiment = Experiment.objects.select_for_update().get(pk=experiment_id)

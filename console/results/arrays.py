@@ -64,7 +64,7 @@ def unpack(raw: bytes | memoryview | None, *, kind: str) -> list:
 
 def unpack_many(blobs: Iterable[bytes | memoryview | None], *, kind: str) -> tuple[np.ndarray, np.ndarray]:
     """Many stored arrays at once: (all values in row order, number of values per row), the
-    shape ``console.analysis.metrics`` flattens list columns into. One join and one
+    shape the analysis metrics flatten list columns into. One join and one
     ``frombuffer``, no per-row decoding."""
     items = [b if b is not None else b"" for b in blobs]
     dtype = DTYPES[kind]
