@@ -1,12 +1,15 @@
-"""The structure scripts (long units, imports inside functions): fast, no database, each on
-files planted in a temporary directory."""
+"""The structure scripts (long units, imports inside functions) and the recordings' comparison:
+fast, no database, each on files planted in a temporary directory."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
@@ -22,6 +25,7 @@ def _script(name: str) -> ModuleType:
 
 long_units = _script("long_units")
 function_imports = _script("function_imports")
+record_outputs = _script("record_outputs")
 
 
 def _plant(root: Path, rel: str, text: str) -> Path:
@@ -149,3 +153,65 @@ def test_it_fails_on_a_stale_allow_list_line_and_on_one_without_a_reason(tmp_pat
 
 def test_the_repository_allow_list_starts_empty():
     assert function_imports.allow_list(SCRIPTS / "function_imports_allowed.txt") == []
+
+
+# -- record_outputs --compare --------------------------------------------------------------------
+
+
+def _recording(path: Path, value: float, text: str = "same") -> Path:
+    path.write_text(json.dumps({"comparison": {"headline": [{"delta": value, "n": 3}]}, "markdown": [text]}))
+    return path
+
+
+@pytest.mark.parametrize(("offset", "rc"), [(1e-12, 0), (1e-6, 1)])
+def test_compare_accepts_float_noise_and_reports_a_real_difference(tmp_path, capsys, offset, rc):
+    a = _recording(tmp_path / "a.json", 0.25)
+    b = _recording(tmp_path / "b.json", 0.25 + offset)
+    assert record_outputs.main(["--compare", str(a), str(b)]) == rc
+    out = capsys.readouterr().out
+    assert ("$.comparison.headline[0].delta: 0.25 != " in out) is bool(rc)
+
+
+def test_compare_walks_directories_and_reports_text_and_shape_by_path(tmp_path, capsys):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    _recording(tmp_path / "a" / "bench.json", 1.0, "PASS")
+    _recording(tmp_path / "b" / "bench.json", 1.0, "FAIL")
+    _recording(tmp_path / "a" / "browser.json", 1.0)
+    assert record_outputs.main(["--compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 1
+    out = capsys.readouterr().out
+    assert "browser.json: only in A" in out
+    assert "bench:$.markdown[0]: 'PASS' != 'FAIL'" in out
+
+
+def test_normalise_replaces_times_and_the_hashes_of_timed_text_everywhere():
+    digest = "ab" * 32
+    recorded = {
+        "archive": {
+            "bundle_sha256": digest,
+            "previous_sha256": "0" * 64,
+            "at": "2026-12-03T06:18:04.123+00:00",
+        },
+        "config_hash": "cd" * 32,
+        "lines": [f"bundle sha256 {digest}", "signed 2026-12-03 06:18 UTC by alex"],
+    }
+    assert record_outputs.normalise(recorded) == {
+        "archive": {"bundle_sha256": "<sha256:timed>", "previous_sha256": "0" * 64, "at": "<time>"},
+        "config_hash": "cd" * 32,
+        "lines": ["bundle sha256 <sha256:timed>", "signed <time> by alex"],
+    }
+
+
+def test_a_large_results_csv_is_kept_as_column_fingerprints(monkeypatch):
+    monkeypatch.setattr(record_outputs, "FULL_CSV_ROWS", 2)
+    text = 'run_id,chunk_times,arm\n1,"[0.5, 1.5]",baseline\n2,"[1.0]",k=2\n3,[],k=2\n'
+    record = record_outputs.csv_record(text)
+    assert record["n_rows"] == 3 and record["first_rows"][0] == [1, [0.5, 1.5], "baseline"]
+    assert record["columns"]["chunk_times"] == {
+        "numbers": 3,
+        "sum": 3.0,
+        "min": 0.5,
+        "max": 1.5,
+        "texts": [],
+        "n_texts": 0,
+    }
+    assert record["columns"]["arm"]["texts"] == ["baseline", "k=2"]
