@@ -19,8 +19,8 @@ lines and LiteLLM config (and API), each decision's Markdown, PDF (its text) and
 exact; it prints the first 50 differences with their JSON paths and exits 1 on any.
 
 Normalised (the same code recorded twice must give the same bytes):
-- ISO-8601 timestamps anywhere in a string, and the "Generated"/"signed" times the Markdown and
-  PDF print: "<time>" (they come from the clock).
+- ISO-8601 timestamps anywhere in a string (the API's and the bundle's ``*_at`` fields, the
+  Markdown's and PDF's "at" lines and audit trail): "<time>" (they come from the clock).
 - The comparison cache key and a decision's ``comparison_key`` (hashes of the runs' finish
   times), an archive record's ``bundle_sha256``/``record_sha256``/``previous_sha256`` (hashes of
   text holding timestamps): "<sha256:timed>", wherever the same value appears, text included.
@@ -28,12 +28,19 @@ Normalised (the same code recorded twice must give the same bytes):
 Kept as they are: database ids. Each experiment gets a fresh database, so ids follow the order
 rows are created in; the same writes give the same ids, and a changed id is a changed write order.
 Seeds are fixed (the synthetic experiment's, the bootstrap's), so nothing else varies.
+Reduced, not normalised: a results CSV over 2,000 rows (the bench's 90,000) is kept as its header,
+first 20 rows and per-column count, sum, min and max of the numbers and the distinct texts.
+
+Run it from the root of the checkout to record (the working directory): that code is imported,
+whichever checkout the script file sits in. A full recording took 4.8 min on the shared 2-core
+machine under a load average of 5-7 (the bench 270 s, of which about 90 s this process's CPU).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import importlib
 import io
 import json
 import math
@@ -152,18 +159,25 @@ def normalise(value: Any, hashes: set[str] | None = None) -> Any:
 
 
 def _cell(text: str) -> Any:
-    """A CSV cell as the number or JSON list it holds, so numbers compare within the tolerance."""
-    if text[:1] in "[{":
+    """A CSV cell as the number or JSON list it holds, so numbers compare within the tolerance.
+    The shortcuts give what ``int()`` then ``float()`` would, without raising on every cell."""
+    head = text[:1]
+    if not text or (head.isalpha() and head not in "iInN"):
+        return text  # float() reads no word but inf and nan
+    if head in ("[", "{"):
         try:
             return json.loads(text)
         except ValueError:
             return text
-    for kind in (int, float):
+    if not any(c in text for c in ".eE"):  # int() never reads these
         try:
-            return kind(text)
+            return int(text)
         except ValueError:
-            continue
-    return text
+            pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def _flat_numbers(value: Any) -> Iterator[float]:
@@ -174,27 +188,50 @@ def _flat_numbers(value: Any) -> Iterator[float]:
             yield from _flat_numbers(item)
 
 
+def _column_values(cells: tuple[str, ...]) -> tuple[list[float], list[str]]:
+    """A column's numbers (lists flattened, NaN left out) and its distinct texts, the cells read
+    as :func:`_cell` reads them. A column of plain numbers, or of flat JSON lists of numbers, is
+    read in one pass (the bench's 90,000 rows: seconds, not tens of seconds)."""
+    try:
+        if all(c[:1] == "[" and c[-1:] == "]" for c in cells):
+            flat = json.loads("[" + ",".join(c[1:-1] for c in cells if len(c) > 2) + "]")
+            if set(map(type, flat)) <= {int, float}:
+                return [x for x in map(float, flat) if x == x], []  # x != x: NaN
+        else:
+            return [x for x in map(float, cells) if x == x], []
+    except ValueError:
+        pass
+    values = [_cell(c) for c in cells]
+    numbers = [x for v in values for x in _flat_numbers(v) if not math.isnan(x)]
+    return numbers, sorted({v for v in values if isinstance(v, str)})
+
+
+def _column_fingerprint(cells: tuple[str, ...]) -> dict[str, Any]:
+    """Count, sum, min and max of a column's numbers, and its distinct texts (the first 50)."""
+    numbers, texts = _column_values(cells)
+    return {
+        "numbers": len(numbers),
+        "sum": math.fsum(numbers),
+        "min": min(numbers, default=None),
+        "max": max(numbers, default=None),
+        "texts": texts[:50],
+        "n_texts": len(texts),
+    }
+
+
 def csv_record(text: str) -> dict[str, Any]:
     """The results CSV: every row when it is small, else the header, the first 20 rows and per
     column the count, sum, min and max of its numbers (lists flattened) or its distinct texts."""
-    rows = [[_cell(c) for c in row] for row in csv.reader(io.StringIO(text))]
-    header, body = rows[0] if rows else [], rows[1:]
+    raw = list(csv.reader(io.StringIO(text)))
+    header, body = ([_cell(c) for c in raw[0]], raw[1:]) if raw else ([], [])
     if len(body) <= FULL_CSV_ROWS:
-        return {"header": header, "n_rows": len(body), "rows": body}
-    columns: dict[str, Any] = {}
-    for i, name in enumerate(header):
-        cells = [row[i] for row in body]
-        numbers = [x for c in cells for x in _flat_numbers(c) if not math.isnan(x)]
-        texts = sorted({c for c in cells if isinstance(c, str)})
-        columns[str(name)] = {
-            "numbers": len(numbers),
-            "sum": math.fsum(numbers),
-            "min": min(numbers, default=None),
-            "max": max(numbers, default=None),
-            "texts": texts[:50],
-            "n_texts": len(texts),
-        }
-    return {"header": header, "n_rows": len(body), "first_rows": body[:20], "columns": columns}
+        return {"header": header, "n_rows": len(body), "rows": [[_cell(c) for c in row] for row in body]}
+    columns = {
+        str(name): _column_fingerprint(cells)
+        for name, cells in zip(header, zip(*body, strict=True), strict=False)
+    }
+    first = [[_cell(c) for c in row] for row in body[:20]]
+    return {"header": header, "n_rows": len(body), "first_rows": first, "columns": columns}
 
 
 def pdf_text(content: bytes) -> list[list[str]]:
@@ -233,9 +270,6 @@ def response_record(response: Any) -> dict[str, Any]:
 
 def _first(name: str, *modules: str) -> Any:
     """``name`` from the first of ``modules`` that has it: the new layout first, then the old."""
-    # seam: the code is being restructured under this script, so its modules are looked up by name
-    import importlib
-
     for module in modules:
         try:
             found = importlib.import_module(module)
@@ -300,10 +334,14 @@ class _Recorder:
         self.timings.append((label, time.perf_counter() - started))
 
     def get(self, url: str, role: str = "viewer") -> dict[str, Any]:
-        return response_record(self.clients[role].get(url))
+        t = time.perf_counter()
+        recorded = response_record(self.clients[role].get(url))
+        if time.perf_counter() - t > 5:  # the slow ones are said apart (the bench's results CSV)
+            self._timed(f"GET {url}", t)
+        return recorded
 
     def run(self) -> dict[str, Any]:
-        from django.test import Client
+        from django.test import Client  # after django.setup()
 
         for role in ("engineer", "approver", "viewer"):
             self.users[role] = self.p.user_create(
@@ -314,11 +352,8 @@ class _Recorder:
         kwargs, n_boot = EXPERIMENTS[self.name]
         if self.name == "bench":
             kwargs = {**kwargs, "n_requests": self.requests}
-        self.out["meta"] = {
-            "experiment": self.name,
-            "synthesize": {**kwargs, "ks": list(kwargs.get("ks", []))},
-        }
-        self.out["meta"]["n_boot"] = n_boot
+        synthesize = {k: list(v) if isinstance(v, tuple) else v for k, v in kwargs.items()}
+        self.out["meta"] = {"experiment": self.name, "synthesize": synthesize, "n_boot": n_boot}
         t = time.perf_counter()
         experiment = self.p.experiment_synthesize(**kwargs)
         self._timed("build", t)
@@ -462,9 +497,15 @@ def record(out: Path, *, requests: int, only: str | None) -> None:
     from django.test.utils import setup_databases, teardown_databases
 
     product = _product()
+    code = Path(sys.modules["console"].__file__ or "").resolve().parent.parent
+    print(f"recording the code in {code}")
+    if code != ROOT.resolve():
+        raise SystemExit(
+            f"the product was imported from {code}, not from {ROOT}: run from the checkout's root"
+        )
     out.mkdir(parents=True, exist_ok=True)
     for name in [only] if only else list(EXPERIMENTS):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         old = setup_databases(verbosity=0, interactive=False)
         try:
             recorder = _Recorder(product, name=name, requests=requests)
@@ -474,7 +515,9 @@ def record(out: Path, *, requests: int, only: str | None) -> None:
         path = out / f"{name}.json"
         path.write_text(json.dumps(data, indent=1, sort_keys=True, allow_nan=True) + "\n")
         steps = ", ".join(f"{label} {s:.1f} s" for label, s in recorder.timings)
-        print(f"{name}: {time.perf_counter() - started:.1f} s ({steps}) -> {path}")
+        print(
+            f"{name}: {time.perf_counter() - started:.1f} s, CPU {time.process_time() - cpu:.1f} s ({steps}) -> {path}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
