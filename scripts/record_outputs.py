@@ -32,7 +32,9 @@ Reduced, not normalised: a results CSV over 2,000 rows (the bench's 90,000) is k
 first 20 rows and per-column count, sum, min and max of the numbers and the distinct texts.
 
 Run it from the root of the checkout to record (the working directory): that code is imported,
-whichever checkout the script file sits in. A full recording took 4.8 min on the shared 2-core
+whichever checkout the script file sits in.
+Long because: one file, so that a copy runs in an older checkout (the pristine worktree of the
+"before" recording) with nothing else to bring along. A full recording took 4.8 min on the shared 2-core
 machine under a load average of 5-7 (the bench 270 s, of which about 90 s this process's CPU).
 """
 
@@ -74,6 +76,8 @@ EXPERIMENTS = {
 def _numbers_equal(a: float, b: float) -> bool:
     if math.isnan(a) or math.isnan(b):
         return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
     return a == b or abs(a - b) <= TOLERANCE or abs(a - b) <= TOLERANCE * max(abs(a), abs(b))
 
 

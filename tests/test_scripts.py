@@ -172,6 +172,12 @@ def test_compare_accepts_float_noise_and_reports_a_real_difference(tmp_path, cap
     assert ("$.comparison.headline[0].delta: 0.25 != " in out) is bool(rc)
 
 
+def test_compare_takes_nan_as_equal_and_infinity_only_as_itself():
+    assert list(record_outputs.tree_diff([float("nan"), float("inf")], [float("nan"), float("inf")])) == []
+    assert list(record_outputs.tree_diff([float("inf")], [1.0])) == ["$[0]: inf != 1.0"]
+    assert list(record_outputs.tree_diff({"n": 1}, {"n": True})) == ["$.n: 1 != True"]
+
+
 def test_compare_walks_directories_and_reports_text_and_shape_by_path(tmp_path, capsys):
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     _recording(tmp_path / "a" / "bench.json", 1.0, "PASS")
