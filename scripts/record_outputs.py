@@ -32,10 +32,12 @@ Reduced, not normalised: a results CSV over 2,000 rows (the bench's 90,000) is k
 first 20 rows and per-column count, sum, min and max of the numbers and the distinct texts.
 
 Run it from the root of the checkout to record (the working directory): that code is imported,
-whichever checkout the script file sits in.
+whichever checkout the script file sits in. A full recording took 4.8-6.8 min on the shared
+2-core machine under a load average of 5-9 (the bench 270-370 s, building its 90,000 rows half of
+it; this process's CPU about 95 s in all, Postgres's on top); the browser one 9-27 s.
+
 Long because: one file, so that a copy runs in an older checkout (the pristine worktree of the
-"before" recording) with nothing else to bring along. A full recording took 4.8 min on the shared 2-core
-machine under a load average of 5-7 (the bench 270 s, of which about 90 s this process's CPU).
+"before" recording) with nothing else to bring along.
 """
 
 from __future__ import annotations
