@@ -13,11 +13,14 @@ import os
 import pytest
 
 from console.analysis.comparison import comparison_compute
+from console.analysis.comparison import compute as compute_module
 from console.analysis.comparison.schema import (
     SCHEMA_VERSION,
     Comparison,
     ComparisonSchemaError,
+    Summary,
     comparison_load,
+    summary_load,
 )
 from tests.analysis.builders import synthetic_experiment
 
@@ -161,6 +164,34 @@ def test_it_names_where_a_malformed_summary_goes_wrong(comparisons):
     extra["headline"][0]["surprise"] = 1
     with pytest.raises(ComparisonSchemaError, match=r"headline\.0\.surprise: Extra inputs are not permitted"):
         comparison_load(extra)
+
+
+def test_a_stage_that_builds_another_shape_fails_the_computation(monkeypatch):
+    real = compute_module.kv_rows
+
+    def kv_with_a_typo(runs, *, base_arm):
+        return [row | {"kv_cache_tokns": 1} for row in real(runs, base_arm=base_arm)]
+
+    monkeypatch.setattr(compute_module, "kv_rows", kv_with_a_typo)
+    with pytest.raises(ComparisonSchemaError, match=r"kv\.0\.kv_cache_tokns"):
+        _server_counters_and_kv()
+
+
+@pytest.mark.django_db
+def test_a_stored_summary_loads_with_what_storing_adds():
+    from console.analysis.models import ComparisonCache
+    from console.analysis.services import comparison_refresh
+    from tests.support.synthetic import experiment_synthesize
+
+    experiment = experiment_synthesize(n_requests=30, ks=(2,), loads="1x", repeats=2, seed=6)
+    comparison_refresh(experiment_id=experiment.pk, n_boot=50)
+    stored = ComparisonCache.objects.get(experiment=experiment).data
+    loaded = summary_load(stored)
+    assert type(loaded) is Summary and comparison_load(stored) == loaded
+    assert loaded.model_dump(mode="json") == stored
+    assert len(loaded.arm_order) == 2 and loaded.key == stored["key"]
+    with pytest.raises(ComparisonSchemaError, match=r"^comparison stored in another shape .*: key: Field required"):
+        summary_load({k: v for k, v in stored.items() if k != "key"})
 
 
 GOLDEN = os.environ.get("SPECREVIEW_GOLDEN_SUMMARIES", "")

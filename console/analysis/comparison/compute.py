@@ -36,7 +36,7 @@ from console.analysis.comparison.paired import paired_stage, primary_holm
 from console.analysis.comparison.quality_stage import correctness_stage, divergence_rows, quality_section
 from console.analysis.comparison.records import records
 from console.analysis.comparison.rows import Endpoints
-from console.analysis.comparison.schema import SCHEMA_VERSION
+from console.analysis.comparison.schema import SCHEMA_VERSION, comparison_load
 from console.analysis.comparison.spec import (
     HEADLINE_STATS,
     METRIC_COLUMNS,
@@ -122,8 +122,9 @@ def comparison_compute(
     capacity_runs: pd.DataFrame | None = None,
     arm_order: Collection[str] | None = None,
 ) -> dict[str, Any]:
-    """The stored comparison of an experiment as JSON (see :class:`.schema.Comparison` for every
-    field and unit).
+    """The stored comparison of an experiment as JSON, validated through
+    :class:`.schema.Comparison` (see there for every field and unit): a stage that builds another
+    shape raises :class:`.schema.ComparisonSchemaError` here.
 
     ``requests`` and ``runs`` follow the contract in ``console.analysis.metrics``. ``deadlines``
     per traffic class (seconds); ``cost_per_hour_usd`` per accelerator-hour;
@@ -205,7 +206,7 @@ def comparison_compute(
         "ci": ci,
         "resampling_unit": "request",
     }
-    return _summary(
+    summary = _summary(
         base_arm=base_arm,
         params=params,
         endpoints=ends,
@@ -223,6 +224,8 @@ def comparison_compute(
         },
         notes=notes,
     )
+    comparison_load(summary)
+    return summary
 
 
 def _slim(derived: pd.DataFrame, runs: pd.DataFrame, *, base_arm: str) -> tuple[pd.DataFrame, pd.DataFrame]:
