@@ -194,6 +194,46 @@ def test_a_stored_summary_loads_with_what_storing_adds():
         summary_load({k: v for k, v in stored.items() if k != "key"})
 
 
+@pytest.mark.django_db
+def test_the_api_returns_the_typed_summary_and_409_for_one_of_another_version(viewer_client):
+    from console.analysis.models import ComparisonCache
+    from console.analysis.services import comparison_refresh
+    from tests.support.synthetic import experiment_synthesize
+
+    experiment = experiment_synthesize(n_requests=30, ks=(2,), loads="1x", repeats=1, seed=7)
+    comparison_refresh(experiment_id=experiment.pk, n_boot=50)
+    url = f"/api/experiments/{experiment.pk}/comparison"
+    stored = ComparisonCache.objects.get(experiment=experiment).data
+    response = viewer_client.get(url)
+    assert response.status_code == 200
+    assert response.json() == stored | {"state": "ready"}
+    ComparisonCache.objects.filter(experiment=experiment).update(data=stored | {"schema_version": 1})
+    response = viewer_client.get(url)
+    assert response.status_code == 409
+    assert response.json() == {
+        "error": f"comparison stored with schema version 1; this console reads version {SCHEMA_VERSION}: recompute it"
+    }
+
+
+@pytest.mark.django_db
+def test_the_openapi_document_carries_the_summary_schema(client, viewer, api_token_for):
+    document = client.get("/api/openapi.json", **api_token_for(viewer)).json()
+    op = document["paths"]["/api/experiments/{id}/comparison"]["get"]
+    ref = op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    schemas = document["components"]["schemas"]
+    out = schemas[ref.rsplit("/", 1)[-1]]
+    assert set(Summary.model_fields) | {"state"} == set(out["properties"]) == set(out["required"])
+    headline = schemas["HeadlineRow"]
+    assert headline["additionalProperties"] is False and "ttft_s_p95" in headline["required"]
+    assert schemas["DeltaRow"]["properties"]["verdict"]["enum"] == [
+        "better",
+        "worse",
+        "not distinguishable",
+        "not measured",
+    ]
+    assert "_delta_lo" in schemas["SliceRow"]["description"]
+
+
 GOLDEN = os.environ.get("SPECREVIEW_GOLDEN_SUMMARIES", "")
 
 

@@ -392,8 +392,9 @@ class SliceRow(Validity, Acceptance, Volume, RequestLatencies, SliceKey):
                 raise ValueError(f"{name}: {value!r}, but its paired comparison says {flat[name]!r}")
         return {k: v for k, v in data.items() if k in cls.model_fields or k not in flat}
 
+    # No return type: with one, the serialization schema (the API's) would be that type, not the fields.
     @model_serializer(mode="wrap")
-    def _flat_copies_written(self, handler: SerializerFunctionWrapHandler) -> Any:
+    def _flat_copies_written(self, handler: SerializerFunctionWrapHandler):
         out = handler(self)
         for delta in self.deltas:
             for part in FLAT_PARTS:
