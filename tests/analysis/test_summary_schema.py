@@ -216,6 +216,25 @@ def test_the_api_returns_the_typed_summary_and_409_for_one_of_another_version(vi
 
 
 @pytest.mark.django_db
+def test_the_page_and_the_download_say_why_a_stored_summary_cannot_be_read(viewer_client):
+    from console.analysis.models import ComparisonCache
+    from console.analysis.services import comparison_refresh
+    from tests.support.synthetic import experiment_synthesize
+
+    experiment = experiment_synthesize(n_requests=20, ks=(2,), loads="1x", repeats=1, seed=8)
+    comparison_refresh(experiment_id=experiment.pk, n_boot=50)
+    stored = ComparisonCache.objects.get(experiment=experiment).data
+    ComparisonCache.objects.filter(experiment=experiment).update(data=stored | {"schema_version": 3})
+    message = f"comparison stored with schema version 3; this console reads version {SCHEMA_VERSION}: recompute it"
+    page = viewer_client.get(f"/analysis/experiments/{experiment.pk}/")
+    assert page.status_code == 200
+    assert f'<div class="notice" id="comparison-unreadable">{message}</div>' in page.content.decode()
+    assert 'id="headline"' not in page.content.decode()
+    download = viewer_client.get(f"/analysis/experiments/{experiment.pk}/comparison.json")
+    assert download.status_code == 409 and download.json() == {"error": message}
+
+
+@pytest.mark.django_db
 def test_the_openapi_document_carries_the_summary_schema(client, viewer, api_token_for):
     document = client.get("/api/openapi.json", **api_token_for(viewer)).json()
     op = document["paths"]["/api/experiments/{id}/comparison"]["get"]
