@@ -45,6 +45,9 @@ Role = Literal["primary", "exploratory"]
 # A float the stages may not have measured: NaN and inf are stored as null.
 Value = float | None
 Pair = tuple[float | None, float | None]  # [lo, hi]; null for an end that is not known
+# A number stored as an int or a float as it came (a count's median, bytes, a deadline typed in):
+# read as either, so the JSON the API writes is the stored one digit for digit.
+Number = int | float
 
 
 def _none(value: object) -> bool:
@@ -302,7 +305,7 @@ class Costs(Record):
     accelerator_hours: float
     cost_usd: float
     successes: int
-    peak_memory_bytes: Value
+    peak_memory_bytes: Number | None
     mean_util: Value  # 0..1; None: not measured (no accelerator sampled)
     energy_cost_included: bool
     energy_j: Value  # None: not measured by every run
@@ -637,7 +640,7 @@ class Divergence(Record):
     load: str
     n_compared: int
     n_diverged: int
-    first_divergence_p50: Value  # tokens
+    first_divergence_p50: Number | None  # tokens
 
 
 class FirstDivergence(Record):
@@ -778,7 +781,7 @@ class Capacity(Record):
 class Params(Record):
     """What the comparison was computed with."""
 
-    deadlines: dict[str, dict[str, float]] | None  # per traffic class: {"ttft_s", "e2e_s"} seconds
+    deadlines: dict[str, dict[str, Number]] | None  # per traffic class: {"ttft_s", "e2e_s"} seconds
     cost_per_hour_usd: float  # per accelerator-hour
     power_price_usd_per_kwh: float | None
     sweeps: dict[str, dict[str, int]]  # sweep -> {arm: draft length k}
