@@ -7,6 +7,7 @@ import hashlib
 import json
 from collections.abc import Callable
 
+from console.analysis.comparison.schema import Summary, summary_load
 from console.analysis.models import ComparisonCache
 from console.experiments.models import Experiment, Run
 from console.jsonutil import json_safe
@@ -108,6 +109,15 @@ def comparison_for_experiment(*, experiment: Experiment) -> dict | None:
     (``console.analysis.services.comparison_refresh``)."""
     data = ComparisonCache.objects.filter(experiment=experiment).values_list("data", flat=True).first()
     return data or None
+
+
+def comparison_summary_for_experiment(*, experiment: Experiment) -> Summary | None:
+    """The stored comparison of the experiment read through the typed contract
+    (``console.analysis.comparison.schema``), as :func:`comparison_for_experiment` finds it;
+    None when none is stored. Raises ``schema.ComparisonSchemaError`` for one stored in another
+    schema version or shape (its message says to recompute it)."""
+    data = comparison_for_experiment(experiment=experiment)
+    return None if data is None else summary_load(data)
 
 
 def comparison_compute_for(
