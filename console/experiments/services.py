@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from console.experiments.capacity import capacity_first_runs, capacity_search_clean
+from console.experiments.endpoints import EndpointError, endpoints_resolve
 from console.experiments.matrix import (
     OutputBucket,
     arm_label,
@@ -130,8 +131,6 @@ def _deadlines_clean(deadlines: Any, errors: dict[str, list[str]]) -> dict:
 def _endpoints_clean(endpoints: Any, errors: dict[str, list[str]]) -> dict:
     """The declared endpoints, resolved against the defaults and checked (field errors under
     ``endpoints``)."""
-    from console.analysis.comparison.spec import EndpointError, endpoints_resolve
-
     if endpoints is not None and not isinstance(endpoints, dict):
         errors["endpoints"].append("endpoints must be a JSON object")
         return {}
@@ -176,7 +175,7 @@ def experiment_create(
     ``candidates`` are ``{"speculative_config": {...}, "engine_args": {...}?, "label": str?}``;
     ``num_speculative_tokens`` may be a list (a sweep), expanded into one arm per value; a
     ``speculative_config`` of null (with a label) is an A/A arm: the baseline's config again.
-    ``endpoints`` are declared before the run (``console.analysis.comparison.spec``): the promised
+    ``endpoints`` are declared before the run (``console.experiments.endpoints``): the promised
     traffic class, the primary latency metric and statistic, the success metric, alpha; the gate
     judges those only.
     ``output_buckets`` (``matrix.output_buckets_parse``: ``"0:64,64:256,256:1024"``) makes the

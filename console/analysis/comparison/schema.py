@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
+from console.experiments.endpoints import Endpoints
+
 SCHEMA_VERSION = 2
 
 Verdict = Literal["better", "worse", "not distinguishable", "not measured"]
@@ -143,18 +145,6 @@ class KneeRow(TypedDict):
     knee_k: int | None
     reached: bool
     margin_s: float
-
-
-class Endpoints(TypedDict):
-    """What the experiment declared before it ran; the gate judges these only."""
-
-    promised_class: str
-    primary_metric: str
-    primary_stat: str
-    success_metric: str
-    success_stat: str
-    alpha: float
-    knee_margin_s: float
 
 
 class Summary(TypedDict, total=False):
