@@ -463,7 +463,8 @@ class Command(BaseCommand):
     def _resume(self, *, experiment, queue: str) -> None:
         """Queue the runs of an interrupted demo that did not finish; finished runs are kept."""
         from console.experiments.models import Run
-        from console.experiments.services import experiment_runs_cancel_leftover, run_retry
+        from console.experiments.runs import run_retry
+        from console.experiments.services import experiment_runs_cancel_leftover
 
         # Runs left queued or running by a demo that died without cleaning up: nobody serves them.
         experiment_runs_cancel_leftover(reason="resumed by a new demo", experiment_ids=[experiment.pk])
