@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "console.policies",
     "console.decisions",
     "workers",
+    "console.demo",  # the top edge, after every app it drives: the demo and run_experiment
 ]
 
 MIDDLEWARE = [

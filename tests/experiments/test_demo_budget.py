@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.experiments.demo_budget import (
+from console.demo.budget import (
     DemoBudget,
     RunBudget,
     budget_lines,
