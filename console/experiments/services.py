@@ -8,6 +8,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from celery import current_app
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -280,13 +281,15 @@ def _trace_check(*, trace: Trace, split: str, buckets: list[OutputBucket], error
 
 
 def run_queue(*, engine: str, engine_args: dict) -> str:
-    """``gpu`` for engines on an accelerator, ``cpu`` otherwise (the hf engine's default)."""
+    """``gpu`` for engines on an accelerator, ``cpu`` otherwise (the hf engine's default); the
+    names are the settings' (``CPU_QUEUE``, ``GPU_QUEUE``)."""
+    cpu, gpu = settings.CPU_QUEUE, settings.GPU_QUEUE
     device = str(engine_args.get("device", "")).lower()
     if engine == "vllm":
-        return "cpu" if device == "cpu" else "gpu"
+        return cpu if device == "cpu" else gpu
     if engine == "hf":
-        return "gpu" if device.startswith("cuda") else "cpu"
-    return "cpu"
+        return gpu if device.startswith("cuda") else cpu
+    return cpu
 
 
 @transaction.atomic
