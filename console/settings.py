@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Queue
 
 from console.env import (
     ENVIRONMENTS,
@@ -60,6 +61,7 @@ INSTALLED_APPS = [
     "console.policies",
     "console.decisions",
     "workers",
+    "console.demo",  # the top edge, after every app it drives: the demo and run_experiment
 ]
 
 MIDDLEWARE = [
@@ -138,7 +140,17 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 # --- Celery (workers/celery.py reads these with namespace CELERY) ---
 CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = envbroker("CELERY_BROKER_URL", VAR_DIR)
 CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", None)
-CELERY_TASK_DEFAULT_QUEUE = "cpu"
+# The queues, named here only (constants: a worker's -Q names them, so they are not read from the
+# environment). A run goes to the queue of the kind of host its engine runs on
+# (console.experiments.services.run_queue): gpu for an accelerator, cpu otherwise (the hf engine's
+# default). housekeeping carries the periodic reaper, sent by beat: it has its own worker so that
+# it never waits behind a six-hour run.
+CPU_QUEUE, GPU_QUEUE, HOUSEKEEPING_QUEUE = "cpu", "gpu", "housekeeping"
+CELERY_TASK_QUEUES = tuple(Queue(name) for name in (CPU_QUEUE, GPU_QUEUE, HOUSEKEEPING_QUEUE))
+CELERY_TASK_DEFAULT_QUEUE = CPU_QUEUE
+CELERY_TASK_ROUTES = {"workers.runs_reap": {"queue": HOUSEKEEPING_QUEUE}}  # beat: CELERY_BEAT_SCHEDULE
+# A worker reserves one message at a time (with acks_late: only the run it is on): it holds one
+# engine for one run, and a run reserved behind a six-hour run would wait while another worker idles.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = envint("SPECREVIEW_RUN_SOFT_TIME_LIMIT", 6 * 3600, minimum=1)
 CELERY_TASK_TIME_LIMIT = envint("SPECREVIEW_RUN_TIME_LIMIT", 6 * 3600 + 300, minimum=1)

@@ -1,4 +1,6 @@
-"""JSON API for comparisons: GET /api/experiments/{id}/comparison."""
+"""JSON API for comparisons, GET /api/experiments/{id}/comparison, and an experiment's status
+with its fit assessment, GET /api/experiments/{id} (in the experiments group of the document; its
+shape, ``ExperimentOut``, is the experiments API's)."""
 
 from __future__ import annotations
 
@@ -6,9 +8,15 @@ from django.http import HttpRequest
 from ninja import Field, Path, Router
 
 from console.analysis.comparison.schema import ComparisonSchemaError, Summary
-from console.analysis.selectors import comparison_state, comparison_summary_for_experiment
+from console.analysis.selectors import (
+    comparison_state,
+    comparison_summary_for_experiment,
+    experiment_fit_assessment,
+)
 from console.apikit import ApiError, Id, errors, row_or_404
+from console.experiments.api import ExperimentOut
 from console.experiments.models import Experiment
+from console.experiments.selectors import experiment_status_payload
 
 router = Router(tags=["analysis"])
 
@@ -18,6 +26,24 @@ class ComparisonOut(Summary):
     declared there), plus its ``state``."""
 
     state: str = Field(description="ready (current) or stale (being recomputed)")
+
+
+@router.get(
+    "/experiments/{id}",
+    response={200: ExperimentOut, **errors(400, 404)},
+    url_name="api-experiment",
+    summary="Status and progress of an experiment",
+    tags=["experiments"],
+    # The id it had in the experiments API: clients generated from the document name the call by it.
+    operation_id="console_experiments_api_experiment_detail",
+)
+def experiment_detail(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
+    """Status and progress, and the fit assessment (read from stored data, never computed here)."""
+    experiment = row_or_404(Experiment.objects, id, what="experiment")
+    return {
+        **experiment_status_payload(experiment=experiment),
+        "fit_assessment": experiment_fit_assessment(experiment=experiment),
+    }
 
 
 @router.get(

@@ -45,8 +45,8 @@ import pandas as pd
 
 from console.analysis.comparison.bootstrap import point_stat
 from console.analysis.comparison.compute import inference_stages
-from console.analysis.comparison.spec import DEFAULT_ENDPOINTS
 from console.decisions import gate
+from console.experiments.endpoints import DEFAULT_ENDPOINTS
 
 METRICS: tuple[tuple[str, str], ...] = (("tpot_s", "p95"), ("tpot_s", "mean"), ("e2e_s", "p95"), ("ttft_s", "p50"))
 REPEATS: tuple[int, ...] = (1, 3, 5)

@@ -1,4 +1,9 @@
-"""JSON API for experiments: define (and start), list, status, cancel."""
+"""JSON API for experiments: define (and start), list, cancel.
+
+GET /api/experiments/{id} (status with the fit assessment) is served by ``console.analysis.api``:
+the assessment is the analysis app's, and experiments sits below it. Its response shape,
+``ExperimentOut`` with ``FitAssessmentOut``, stays here: every experiment response carries the
+field (null outside that GET)."""
 
 from __future__ import annotations
 
@@ -11,7 +16,6 @@ from pydantic import Field
 
 from console.accounts.access import owner_or_approver_required
 from console.accounts.roles import RUN_EXPERIMENT
-from console.analysis.selectors import experiment_fit_assessment
 from console.apikit import LONG_TEXT, ApiError, Id, Open, Strict, access, errors, row_or_404, text
 from console.experiments.models import Experiment
 from console.experiments.selectors import experiment_status_payload
@@ -228,21 +232,6 @@ def experiments_create(request: HttpRequest, payload: ExperimentIn):
     if payload.start:
         experiment_start(experiment=experiment)
     return Status(201, experiment_status_payload(experiment=experiment))
-
-
-@router.get(
-    "/experiments/{id}",
-    response={200: ExperimentOut, **errors(400, 404)},
-    url_name="api-experiment",
-    summary="Status and progress of an experiment",
-)
-def experiment_detail(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
-    """Status and progress, and the fit assessment (read from stored data, never computed here)."""
-    experiment = row_or_404(Experiment.objects, id, what="experiment")
-    return {
-        **experiment_status_payload(experiment=experiment),
-        "fit_assessment": experiment_fit_assessment(experiment=experiment),
-    }
 
 
 @router.post(

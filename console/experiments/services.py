@@ -1,31 +1,32 @@
-"""Writes for experiments: define (validated), start, cancel, clone (a run's own life: runs.py)."""
+"""Writes for experiments: define (validated), start, cancel, clone (the arms: arms.py; a run's own
+life: runs.py)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from celery import current_app
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from console.experiments.arms import arms_resolve, arms_store
 from console.experiments.capacity_search import capacity_first_runs, capacity_search_clean
+from console.experiments.endpoints import EndpointError, endpoints_resolve
 from console.experiments.enqueue import run_enqueue
 from console.experiments.matrix import (
+    LoadLevel,
     OutputBucket,
-    arm_label,
     bucket_of,
-    config_hash,
     load_levels_parse,
     matrix_order,
     output_buckets_parse,
     recorded_output_tokens,
-    sweep_expand,
 )
-from console.experiments.models import Arm, Experiment, Run, ServingConfig
-from console.experiments.runs import experiment_status_refresh as experiment_status_refresh
-from console.experiments.runs import run_retry as run_retry
+from console.experiments.models import Arm, Experiment, Run
+from console.experiments.runs import experiment_status_refresh
 from console.traces.models import TRAFFIC_CLASSES, Trace
 
 SPLITS = ("all", "train", "holdout")
@@ -39,65 +40,6 @@ class ExperimentInvalid(Exception):
     def __init__(self, errors: dict[str, list[str]]):
         self.errors = dict(errors)
         super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in self.errors.items()))
-
-
-def serving_config_validate(
-    *, engine: str, target_model: str, engine_args: dict, speculative_config: dict | None
-) -> list[str]:
-    """Messages for everything wrong with a config, asking the engine itself (no model loaded)."""
-    from workers.engines import ENGINE_KINDS, EngineConfig, EngineError, engine_config_validate
-
-    if engine not in ENGINE_KINDS:
-        return [f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_KINDS)}"]
-    if not isinstance(engine_args, dict):
-        return ["engine_args must be a JSON object"]
-    if speculative_config is not None and not isinstance(speculative_config, dict):
-        return ["speculative_config must be a JSON object or null"]
-    if speculative_config is not None:
-        # Checked for every engine, including servers whose config is only descriptive.
-        if not speculative_config.get("method"):
-            return [
-                'speculative_config needs a "method" (ngram, draft_model, eagle, eagle3, mtp, suffix, ...)'
-            ]
-        k = speculative_config.get("num_speculative_tokens")
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            return [f"num_speculative_tokens must be an integer >= 1, got {k!r}"]
-        other = speculative_config.get("engine")
-        if other is not None and other != engine:
-            return [f"a candidate on engine {other!r} cannot be compared with a baseline on {engine!r}"]
-    config = EngineConfig(
-        engine=engine,
-        target_model=target_model,
-        engine_args=engine_args,
-        speculative_config=speculative_config,
-    )
-    try:
-        engine_config_validate(config)
-    except EngineError as exc:
-        return [str(exc)]
-    return []
-
-
-def serving_config_get_or_create(
-    *, name: str, engine: str, target_model: str, engine_args: dict, speculative_config: dict | None
-) -> ServingConfig:
-    digest = config_hash(
-        engine=engine,
-        target_model=target_model,
-        engine_args=engine_args,
-        speculative_config=speculative_config,
-    )
-    config, _ = ServingConfig.objects.get_or_create(
-        content_hash=digest,
-        defaults={
-            "name": name,
-            "engine": engine,
-            "target_model": target_model,
-            "engine_args": engine_args,
-            "speculative_config": speculative_config,
-        },
-    )
-    return config
 
 
 def _deadlines_clean(deadlines: Any, errors: dict[str, list[str]]) -> dict:
@@ -130,8 +72,6 @@ def _deadlines_clean(deadlines: Any, errors: dict[str, list[str]]) -> dict:
 def _endpoints_clean(endpoints: Any, errors: dict[str, list[str]]) -> dict:
     """The declared endpoints, resolved against the defaults and checked (field errors under
     ``endpoints``)."""
-    from console.analysis.comparison.spec import EndpointError, endpoints_resolve
-
     if endpoints is not None and not isinstance(endpoints, dict):
         errors["endpoints"].append("endpoints must be a JSON object")
         return {}
@@ -176,7 +116,7 @@ def experiment_create(
     ``candidates`` are ``{"speculative_config": {...}, "engine_args": {...}?, "label": str?}``;
     ``num_speculative_tokens`` may be a list (a sweep), expanded into one arm per value; a
     ``speculative_config`` of null (with a label) is an A/A arm: the baseline's config again.
-    ``endpoints`` are declared before the run (``console.analysis.comparison.spec``): the promised
+    ``endpoints`` are declared before the run (``console.experiments.endpoints``): the promised
     traffic class, the primary latency metric and statistic, the success metric, alpha; the gate
     judges those only.
     ``output_buckets`` (``matrix.output_buckets_parse``: ``"0:64,64:256,256:1024"``) makes the
@@ -189,6 +129,49 @@ def experiment_create(
     """
     errors: dict[str, list[str]] = defaultdict(list)
     baseline_engine_args = baseline_engine_args or {}
+    _fields_check(
+        name=name, target_model=target_model, hardware_label=hardware_label, split=split, sampling=sampling,
+        repeats=repeats, warmup=warmup, output_limit=output_limit, cost_per_hour_usd=cost_per_hour_usd,
+        power_price_usd_per_kwh=power_price_usd_per_kwh, errors=errors,
+    )
+    buckets = _parsed(output_buckets_parse, output_buckets, field="output_buckets", errors=errors)
+    clean_deadlines = _deadlines_clean(deadlines, errors)
+    clean_endpoints = _endpoints_clean(endpoints, errors)
+    clean_search = capacity_search_clean(
+        capacity_search, deadlines=clean_deadlines, promised_class=clean_endpoints.get("promised_class"), errors=errors
+    )
+    levels = _parsed(load_levels_parse, load_levels, field="load_levels", errors=errors)
+    arms = arms_resolve(
+        engine=engine, target_model=target_model, baseline_engine_args=baseline_engine_args, candidates=candidates,
+        errors=errors,
+    )
+    _trace_check(trace=trace, split=split, buckets=buckets, errors=errors)
+    if errors:
+        raise ExperimentInvalid(errors)
+
+    with transaction.atomic():
+        experiment = Experiment.objects.create(
+            name=name.strip(), trace=trace, split=split, engine=engine, target_model=target_model,
+            hardware_label=hardware_label, notes=notes, created_by=created_by,
+            load_levels=[lv.as_dict() for lv in levels], output_buckets=[b.as_dict() for b in buckets],
+            output_limit=output_limit, sampling=sampling, repeats=repeats, warmup=warmup,
+            deadlines=clean_deadlines, endpoints=clean_endpoints, capacity_search=clean_search,
+            cost_per_hour_usd=float(cost_per_hour_usd), power_price_usd_per_kwh=power_price_usd_per_kwh,
+        )
+        arm_rows = arms_store(experiment=experiment, arms=arms, engine=engine, target_model=target_model)
+        _runs_write(
+            experiment=experiment, arm_rows=arm_rows, levels=levels, buckets=buckets, engine=engine, search=clean_search
+        )
+    return experiment
+
+
+def _fields_check(
+    *, name: str, target_model: str, hardware_label: str, split: str, sampling: str, repeats: int, warmup: int,
+    output_limit: int | None, cost_per_hour_usd: float, power_price_usd_per_kwh: float | None,
+    errors: dict[str, list[str]],
+) -> None:
+    """The experiment's own scalar fields (names, split, sampling, counts, prices): problems go
+    into ``errors`` under each field's name."""
     if not name.strip():
         errors["name"].append("give the experiment a name")
     for key, text, limit in (("name", name.strip(), 200), ("target_model", str(target_model or ""), 500)):
@@ -212,164 +195,71 @@ def experiment_create(
         not isinstance(power_price_usd_per_kwh, int | float) or power_price_usd_per_kwh < 0
     ):
         errors["power_price_usd_per_kwh"].append("power price must be a number >= 0 (USD per kWh)")
+
+
+def _parsed(parse: Callable[[Any], list], value: Any, *, field: str, errors: dict[str, list[str]]) -> list:
+    """``parse(value)``, or [] with its message under ``field``."""
     try:
-        buckets = output_buckets_parse(output_buckets)
+        return parse(value)
     except (ValueError, TypeError) as exc:
-        errors["output_buckets"].append(str(exc))
-        buckets = []
-    clean_deadlines = _deadlines_clean(deadlines, errors)
-    clean_endpoints = _endpoints_clean(endpoints, errors)
-    clean_search = capacity_search_clean(
-        capacity_search,
-        deadlines=clean_deadlines,
-        promised_class=clean_endpoints.get("promised_class"),
-        errors=errors,
-    )
-    try:
-        levels = load_levels_parse(load_levels)
-    except (ValueError, TypeError) as exc:
-        errors["load_levels"].append(str(exc))
-        levels = []
-    if not target_model or not str(target_model).strip():
-        errors["target_model"].append("name the target model (a catalog name, a local folder or a GGUF path)")
-    for message in serving_config_validate(
-        engine=engine, target_model=target_model, engine_args=baseline_engine_args, speculative_config=None
-    ):
-        errors["baseline"].append(message)
-
-    arms: list[tuple[str, dict, dict | None]] = [("baseline", baseline_engine_args, None)]
-    spec: dict | None
-    if not candidates:
-        errors["candidates"].append("add at least one speculative candidate")
-    for i, candidate in enumerate(candidates or []):
-        field = f"candidates.{i}"
-        if isinstance(candidate, dict) and "speculative_config" in candidate and candidate["speculative_config"] is None:
-            # An A/A arm: the baseline's own config again, under its own label.
-            label = str(candidate.get("label") or "").strip()
-            if not label:
-                errors[field].append('an A/A arm (speculative_config null) needs a "label", e.g. "baseline A/A"')
-            elif candidate.get("engine_args"):
-                errors[field].append("an A/A arm repeats the baseline: it takes no engine_args of its own")
-            else:
-                arms.append((label, baseline_engine_args, None))
-            continue
-        if not isinstance(candidate, dict) or not isinstance(candidate.get("speculative_config"), dict):
-            errors[field].append('each candidate needs a "speculative_config" object (vLLM keys), or null for an A/A arm')
-            continue
-        if candidate.get("engine", engine) != engine:
-            errors[field].append(
-                f"candidate engine {candidate.get('engine')!r} differs from the baseline's {engine!r}: "
-                "arms must run on the same engine to be comparable"
-            )
-            continue
-        engine_args = {**baseline_engine_args, **candidate.get("engine_args", {})}
-        try:
-            expanded = sweep_expand(candidate["speculative_config"])
-        except ValueError as exc:
-            errors[field].append(str(exc))
-            continue
-        for spec in expanded:
-            for message in serving_config_validate(
-                engine=engine, target_model=target_model, engine_args=engine_args, speculative_config=spec
-            ):
-                errors[field].append(message)
-            label = (
-                str(candidate["label"]) if len(expanded) == 1 and candidate.get("label") else arm_label(spec)
-            )
-            arms.append((label, engine_args, spec))
-    labels = [label for label, _, _ in arms]
-    if any(len(label) > 200 for label in labels):
-        errors["candidates"].append("an arm label has at most 200 characters")
-    if len(set(labels)) != len(labels):
-        errors["candidates"].append(
-            f"two arms would be the same ({labels}): give them distinct configs or labels"
-        )
-    if trace is not None and split != "all" and not trace.requests.filter(split=split).exists():
-        errors["split"].append(f"the trace has no requests in the {split!r} split")
-    elif trace is not None and buckets:
-        _buckets_check(trace=trace, split=split, buckets=buckets, errors=errors)
-    if errors:
-        raise ExperimentInvalid(errors)
-
-    with transaction.atomic():
-        experiment = Experiment.objects.create(
-            name=name.strip(),
-            trace=trace,
-            split=split,
-            engine=engine,
-            target_model=target_model,
-            hardware_label=hardware_label,
-            load_levels=[lv.as_dict() for lv in levels],
-            output_limit=output_limit,
-            output_buckets=[b.as_dict() for b in buckets],
-            deadlines=clean_deadlines,
-            endpoints=clean_endpoints,
-            sampling=sampling,
-            repeats=repeats,
-            warmup=warmup,
-            cost_per_hour_usd=float(cost_per_hour_usd),
-            power_price_usd_per_kwh=power_price_usd_per_kwh,
-            created_by=created_by,
-            notes=notes,
-            capacity_search=clean_search,
-        )
-        arm_rows = []
-        for position, (label, engine_args, spec) in enumerate(arms):
-            config = serving_config_get_or_create(
-                name=label,
-                engine=engine,
-                target_model=target_model,
-                engine_args=engine_args,
-                speculative_config=spec,
-            )
-            arm_rows.append(
-                Arm.objects.create(
-                    experiment=experiment,
-                    config=config,
-                    label=label,
-                    position=position,
-                    is_baseline=position == 0,
-                )
-            )
-        bucket_labels = [b.label for b in buckets] or [""]
-        Run.objects.bulk_create(
-            Run(
-                experiment=experiment,
-                arm=arm_rows[a],
-                load_label=levels[lv].label,
-                rate_multiplier=levels[lv].rate_multiplier,
-                concurrency_cap=levels[lv].concurrency,
-                output_bucket=bucket_labels[b],
-                repeat=r,
-                order=order,
-                queue=run_queue(engine=engine, engine_args=arm_rows[a].config.engine_args),
-                config_hash=arm_rows[a].config.content_hash,
-            )
-            for order, (a, lv, r, b) in enumerate(
-                matrix_order(
-                    arms=len(arm_rows), loads=len(levels), repeats=repeats, buckets=len(bucket_labels)
-                )
-            )
-        )
-        if clean_search:
-            Run.objects.bulk_create(
-                capacity_first_runs(
-                    experiment=experiment,
-                    arms=arm_rows,
-                    repeats=repeats,
-                    first_order=len(arm_rows) * len(levels) * repeats * len(bucket_labels),
-                    queue_of=lambda arm: run_queue(engine=engine, engine_args=arm.config.engine_args),
-                )
-            )
-    return experiment
+        errors[field].append(str(exc))
+        return []
 
 
-def _buckets_check(
-    *, trace: Trace, split: str, buckets: list[OutputBucket], errors: dict[str, list[str]]
+def _runs_write(
+    *,
+    experiment: Experiment,
+    arm_rows: list[Arm],
+    levels: list[LoadLevel],
+    buckets: list[OutputBucket],
+    engine: str,
+    search: dict | None,
 ) -> None:
-    """Every bucket must hold a request of the trace (in ``split``): an empty one would run nothing.
-    A trace with multi-turn sessions is refused: a bucket would cut a conversation between turns
-    (a later turn replays after its own previous turn, which another bucket's run would hold)."""
+    """The run matrix in its interleaved order (``matrix.matrix_order``), then, with a capacity
+    search, each arm and repeat's first search step after it."""
+    repeats = experiment.repeats
+    bucket_labels = [b.label for b in buckets] or [""]
+    Run.objects.bulk_create(
+        Run(
+            experiment=experiment,
+            arm=arm_rows[a],
+            load_label=levels[lv].label,
+            rate_multiplier=levels[lv].rate_multiplier,
+            concurrency_cap=levels[lv].concurrency,
+            output_bucket=bucket_labels[b],
+            repeat=r,
+            order=order,
+            queue=run_queue(engine=engine, engine_args=arm_rows[a].config.engine_args),
+            config_hash=arm_rows[a].config.content_hash,
+        )
+        for order, (a, lv, r, b) in enumerate(
+            matrix_order(arms=len(arm_rows), loads=len(levels), repeats=repeats, buckets=len(bucket_labels))
+        )
+    )
+    if search:
+        Run.objects.bulk_create(
+            capacity_first_runs(
+                experiment=experiment,
+                arms=arm_rows,
+                repeats=repeats,
+                first_order=len(arm_rows) * len(levels) * repeats * len(bucket_labels),
+                queue_of=lambda arm: run_queue(engine=engine, engine_args=arm.config.engine_args),
+            )
+        )
+
+
+def _trace_check(*, trace: Trace, split: str, buckets: list[OutputBucket], errors: dict[str, list[str]]) -> None:
+    """The trace has requests in ``split``, and every bucket holds one of them: an empty one would
+    run nothing. A trace with multi-turn sessions is refused buckets: a bucket would cut a
+    conversation between turns (a later turn replays after its own previous turn, which another
+    bucket's run would hold)."""
+    if trace is None:
+        return
+    if split != "all" and not trace.requests.filter(split=split).exists():
+        errors["split"].append(f"the trace has no requests in the {split!r} split")
+        return
+    if not buckets:
+        return
     qs = trace.requests.all() if split == "all" else trace.requests.filter(split=split)
     if qs.filter(turn__gt=0).exists():
         errors["output_buckets"].append(
@@ -392,13 +282,15 @@ def _buckets_check(
 
 
 def run_queue(*, engine: str, engine_args: dict) -> str:
-    """``gpu`` for engines on an accelerator, ``cpu`` otherwise (the hf engine's default)."""
+    """``gpu`` for engines on an accelerator, ``cpu`` otherwise (the hf engine's default); the
+    names are the settings' (``CPU_QUEUE``, ``GPU_QUEUE``)."""
+    cpu, gpu = settings.CPU_QUEUE, settings.GPU_QUEUE
     device = str(engine_args.get("device", "")).lower()
     if engine == "vllm":
-        return "cpu" if device == "cpu" else "gpu"
+        return cpu if device == "cpu" else gpu
     if engine == "hf":
-        return "gpu" if device.startswith("cuda") else "cpu"
-    return "cpu"
+        return gpu if device.startswith("cuda") else cpu
+    return cpu
 
 
 @transaction.atomic
@@ -491,24 +383,12 @@ def experiment_clone(*, experiment: Experiment, created_by=None, name: str | Non
         if not a.is_baseline
     ]
     return experiment_create(
-        name=name or f"{experiment.name} (copy)",
-        trace=experiment.trace,
-        target_model=experiment.target_model,
-        engine=experiment.engine,
-        baseline_engine_args=baseline.config.engine_args,
-        candidates=candidates,
-        load_levels=experiment.load_levels,
-        split=experiment.split,
-        hardware_label=experiment.hardware_label,
-        output_limit=experiment.output_limit,
-        output_buckets=experiment.output_buckets,
-        deadlines=experiment.deadlines,
-        sampling=experiment.sampling,
-        repeats=experiment.repeats,
-        warmup=experiment.warmup,
-        cost_per_hour_usd=experiment.cost_per_hour_usd,
-        power_price_usd_per_kwh=experiment.power_price_usd_per_kwh,
-        capacity_search=experiment.capacity_search,
-        created_by=created_by,
-        notes=experiment.notes,
+        name=name or f"{experiment.name} (copy)", trace=experiment.trace, target_model=experiment.target_model,
+        engine=experiment.engine, baseline_engine_args=baseline.config.engine_args, candidates=candidates,
+        load_levels=experiment.load_levels, split=experiment.split, hardware_label=experiment.hardware_label,
+        output_limit=experiment.output_limit, output_buckets=experiment.output_buckets,
+        deadlines=experiment.deadlines, sampling=experiment.sampling, repeats=experiment.repeats,
+        warmup=experiment.warmup, cost_per_hour_usd=experiment.cost_per_hour_usd,
+        power_price_usd_per_kwh=experiment.power_price_usd_per_kwh, capacity_search=experiment.capacity_search,
+        created_by=created_by, notes=experiment.notes,
     )

@@ -6,8 +6,6 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from console.accounts.access import capability_required, owner_or_approver_required
 from console.accounts.roles import RUN_EXPERIMENT
-from console.analysis.fit_assessment import numbers_lines
-from console.analysis.selectors import experiment_fit_assessment
 from console.experiments.forms import ExperimentForm
 from console.experiments.models import Experiment, Run
 from console.experiments.runs import run_retry
@@ -68,13 +66,8 @@ def experiment_new(request):
 @require_safe
 def experiment_detail(request, pk: int):
     experiment = get_object_or_404(Experiment.objects.select_related("trace", "created_by"), pk=pk)
-    context = _detail_context(experiment, request)
-    # Not in the htmx refresh: it reads the trace once, and changes only when a baseline run ends.
-    fit = experiment_fit_assessment(experiment=experiment)
-    for condition in fit["conditions"]:
-        condition["lines"] = numbers_lines(condition["name"], condition["numbers"])
-    context["fit"] = fit
-    return render(request, "experiments/detail.html", context)
+    # The fit-assessment block is filled in by the analysis app's ``experiment_fit`` tag.
+    return render(request, "experiments/detail.html", _detail_context(experiment, request))
 
 
 @require_safe

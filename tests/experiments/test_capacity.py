@@ -392,14 +392,14 @@ def test_run_experiment_takes_capacity_search_and_refuses_bad_input(tmp_path):
             call_command("run_experiment", **common, **extra)
         assert err.value.returncode == 2
     assert not Experiment.objects.exists()
-    from console.experiments.management.commands.run_experiment import Command
+    from console.demo.management.commands.run_experiment import Command
 
     parser = Command().create_parser("manage.py", "run_experiment")
     opts = vars(parser.parse_args(["--trace", str(trace.pk), "--baseline", baseline, "--candidate",
                                    '{"speculative_config": null, "label": "A/A"}', "--capacity-search",
                                    "--slo", '{"p95_tpot_s": 0.5}', "--capacity-bracket", "0.5:4",
                                    "--capacity-steps", "2", "--repeats", "1", "--load", "1x=1,2x=1"]))
-    from console.experiments.management.commands.run_experiment import capacity_search_option
+    from console.demo.management.commands.run_experiment import capacity_search_option
 
     assert capacity_search_option(opts) == {"slo": {"p95_tpot_s": 0.5}, "lo": 0.5, "hi": 4.0, "steps": 2}
 

@@ -1,10 +1,10 @@
-"""The demo's time budget, against hand-computed cases (console/experiments/demo_budget.py)."""
+"""The demo's time budget, against hand-computed cases (console/demo/budget.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from console.experiments.demo_budget import (
+from console.demo.budget import (
     DemoBudget,
     RunBudget,
     budget_lines,

@@ -35,20 +35,18 @@ from console.analysis.comparison.noise import baseline_stability, noise_floors
 from console.analysis.comparison.paired import paired_stage, primary_holm
 from console.analysis.comparison.quality_stage import correctness_stage, divergence_rows, quality_section
 from console.analysis.comparison.records import records
-from console.analysis.comparison.rows import Endpoints
 from console.analysis.comparison.schema import SCHEMA_VERSION, comparison_load
 from console.analysis.comparison.spec import (
-    HEADLINE_STATS,
     METRIC_COLUMNS,
     SLICE_METRIC_COLUMNS,
     STABILITY_STATS,
-    endpoints_resolve,
     slice_intervals,
 )
 from console.analysis.comparison.speculation import speculation_rows
 from console.analysis.cost import COST_BASIS, class_goodput
 from console.analysis.quality_pairs import first_divergences, quality_counts, quality_regressions
 from console.analysis.slices import slice_dimensions
+from console.experiments.endpoints import HEADLINE_STATS, Endpoints, endpoints_resolve
 from console.jsonutil import json_safe
 
 HEAVY_COLUMNS = ["chunk_times", "chunk_tokens", "output_token_ids", "output_text", "drafted", "accepted", "spec_totals"]
@@ -130,7 +128,7 @@ def comparison_compute(
     per traffic class (seconds); ``cost_per_hour_usd`` per accelerator-hour;
     ``power_price_usd_per_kwh`` optional; ``baseline_arm`` defaults to the ``is_baseline`` arm;
     ``sweeps`` maps a sweep name to ``{arm: draft length k}`` (the baseline joins every sweep as
-    k = 0); ``endpoints`` the experiment's declared endpoints (``spec.DEFAULT_ENDPOINTS``).
+    k = 0); ``endpoints`` the experiment's declared endpoints (``console.experiments.endpoints.DEFAULT_ENDPOINTS``).
     Bootstrap: ``n_boot`` replicates drawing request ids, ``seed``, two-sided level ``ci``.
     ``speculative_arms`` names the arms configured to speculate (None: unknown, nothing is
     flagged); ``runs`` may carry ``spec_counters``, each run's server counter deltas.

@@ -20,10 +20,9 @@ import pandas as pd
 from console.analysis.comparison.bootstrap import bootstrap_distributions, point_stat, reportable
 from console.analysis.comparison.intervals import holm_adjust, paired_delta
 from console.analysis.comparison.knee import knee_find
-from console.analysis.comparison.rows import DeltaRow, Endpoints, NoiseFloorRow
+from console.analysis.comparison.rows import DeltaRow, NoiseFloorRow
 from console.analysis.comparison.schema import Verdict
 from console.analysis.comparison.spec import (
-    HEADLINE_STATS,
     HIGHER_IS_BETTER,
     KNEE_METRIC,
     KNEE_STAT,
@@ -32,6 +31,7 @@ from console.analysis.comparison.spec import (
     slice_intervals,
 )
 from console.analysis.slices import slice_dimensions
+from console.experiments.endpoints import HEADLINE_STATS, Endpoints
 
 
 def verdict(

@@ -84,15 +84,3 @@ class Correctness(TypedDict):
     n_gradable: int  # rows with a reference
     n_not_gradable: int
 
-
-class Endpoints(TypedDict):
-    """What the experiment declared before it ran (``schema.Endpoints``); the gate judges these
-    only."""
-
-    promised_class: str
-    primary_metric: str
-    primary_stat: str
-    success_metric: str
-    success_stat: str
-    alpha: float
-    knee_margin_s: float

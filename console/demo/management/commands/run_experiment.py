@@ -1,18 +1,21 @@
-"""Define (and run) an experiment from a pipeline."""
+"""Define (and run) an experiment from a pipeline.
+
+In the demo app (the top edge) since ``--worker`` starts the embedded worker
+(``workers/embedded.py``) itself; without it the command only defines, starts and follows."""
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import yaml
 from django.core.management.base import BaseCommand, CommandError
 
+from console.demo.follow import experiment_follow
 from console.experiments.models import Experiment
-from console.experiments.selectors import experiment_progress
 from console.experiments.services import ExperimentInvalid, experiment_create, experiment_start
 from console.traces.models import TRAFFIC_CLASSES, Trace
+from workers.embedded import Interrupted, embedded_worker, interrupt_signals
 
 
 def config_load(text: str, *, what: str) -> dict:
@@ -154,8 +157,6 @@ class Command(BaseCommand):
         Implies --wait. Ctrl-C, SIGTERM or a closed terminal stops the worker too, and the
         experiment's unfinished runs end ``cancelled`` with the reason.
         """
-        from workers.embedded import Interrupted, embedded_worker, interrupt_signals
-
         try:
             with (
                 interrupt_signals(),
@@ -194,23 +195,3 @@ def capacity_search_option(opts: dict) -> dict | None:
         raise CommandError(f"--capacity-bracket: LO:HI rate multipliers, e.g. 0.25:16, got {opts['capacity_bracket']!r}", returncode=2)
     return {"slo": slo, "lo": bracket[0], "hi": bracket[1], "steps": opts["capacity_steps"]}
 
-
-def experiment_follow(experiment_id: int, *, stdout, poll_s: float = 1.0) -> str:
-    """Show a progress bar (requests done over all runs) until the experiment ends."""
-    from tqdm import tqdm
-
-    experiment = Experiment.objects.get(pk=experiment_id)
-    progress = experiment_progress(experiment=experiment)
-    with tqdm(
-        total=progress.requests_total, unit="req", desc=f"experiment {experiment_id}", file=stdout
-    ) as bar:
-        while True:
-            experiment.refresh_from_db()
-            progress = experiment_progress(experiment=experiment)
-            bar.set_postfix_str(
-                f"runs {progress.runs_done}/{progress.runs_total} failed {progress.runs_failed}"
-            )
-            bar.update(progress.requests_done - bar.n)
-            if experiment.status not in (Experiment.Status.RUNNING, Experiment.Status.DRAFT):
-                return experiment.status
-            time.sleep(poll_s)
