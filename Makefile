@@ -51,6 +51,8 @@ demo: $(VENV)/.installed-demo
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check console workers tests bench scripts
 	$(VENV)/bin/mypy console workers
+	@# the layers (.importlinter): an import against the flow fails here
+	PYTHONPATH=$(CURDIR) $(VENV)/bin/lint-imports
 	$(PY) manage.py makemigrations --check --dry-run
 
 test: $(VENV)/.installed-test
