@@ -256,7 +256,7 @@ def dtype_cache_path() -> Path:
     raw = os.environ.get("SPECREVIEW_DTYPE_CACHE")
     if raw:
         return Path(raw).expanduser()
-    from workers.catalog import model_cache_dir
+    from workers.catalog.cache import model_cache_dir
 
     return model_cache_dir() / "dtype-probe.json"
 

@@ -37,7 +37,8 @@ from typing import Any
 
 import psutil
 
-from workers.catalog import model_check, model_marker, model_resolve
+from workers.catalog.cache import model_marker
+from workers.catalog.resolve import model_check, model_resolve
 from workers.dtype import DtypeChoice, dtype_choose
 
 from .base import Chunk, EngineConfig, EngineError, EngineRequest

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from workers.catalog import model_resolve
+from workers.catalog.resolve import model_resolve
 
 from .base import EngineError
 

@@ -181,7 +181,7 @@ class Command(BaseCommand):
         """Run the demo experiment to its end, fit a policy, draft a decision; returns the URL."""
         from console.experiments.models import Experiment
         from console.experiments.services import experiment_create, experiment_start
-        from workers.catalog import model_fetch
+        from workers.catalog.resolve import model_fetch
         from workers.embedded import embedded_worker
 
         name = f"demo: {plan['target']}{' (full)' if full else ''}"
