@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import gc
 import hashlib
 import json
 import os
@@ -34,6 +35,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from workers.catalog.cache import model_cache_dir
+from workers.hardware import hardware_describe
 
 CACHE_VERSION = 1
 CANDIDATES_CPU = ("float32", "bfloat16")
@@ -256,16 +260,12 @@ def dtype_cache_path() -> Path:
     raw = os.environ.get("SPECREVIEW_DTYPE_CACHE")
     if raw:
         return Path(raw).expanduser()
-    from workers.catalog import model_cache_dir
-
     return model_cache_dir() / "dtype-probe.json"
 
 
 def fingerprint(*, model_id: str, device: str, threads: int, flags: set[str] | None = None) -> dict[str, Any]:
     """What a probe's figures depend on: CPU model and flags, device, torch version, threads, model."""
     import torch
-
-    from workers.hardware import hardware_describe
 
     hw = hardware_describe()
     flags = cpu_flags() if flags is None else flags
@@ -371,8 +371,6 @@ def dtype_choose(
             probe[name] = run(model)
         finally:
             del model
-            import gc
-
             gc.collect()
     dtype, reason = decide(probe=probe, native_bf16=native, native_detail=detail, device=device)
     choice = DtypeChoice(

@@ -7,6 +7,8 @@ import platform
 import socket
 from pathlib import Path
 
+import psutil
+
 
 def hardware_describe() -> dict:
     info: dict = {
@@ -15,12 +17,7 @@ def hardware_describe() -> dict:
         "cpu_count": os.cpu_count(),
         "cpu_model": _cpu_model(),
     }
-    try:
-        import psutil
-
-        info["memory_bytes"] = psutil.virtual_memory().total
-    except ImportError:  # pragma: no cover - psutil is a dependency
-        pass
+    info["memory_bytes"] = psutil.virtual_memory().total
     info.update(_gpus())
     return info
 

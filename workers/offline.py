@@ -1,5 +1,5 @@
 """Model loading never reaches the Hugging Face hub: every model comes from the local cache
-(the catalog, workers/catalog.py). The ``workers`` package imports this module first, and every
+(the catalog, workers/catalog/). The ``workers`` package imports this module first, and every
 entry point imports that package (the console package through its Celery app, so manage.py, the
 web server and the worker; bench/ scripts through the engines), so the variables are set before
 transformers or huggingface_hub is imported anywhere. An operator's explicit value wins."""

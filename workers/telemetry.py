@@ -19,6 +19,7 @@ A daemon thread samples every ``interval_s`` (10 Hz by default):
 from __future__ import annotations
 
 import os
+import platform
 import threading
 import time
 from types import ModuleType
@@ -47,8 +48,6 @@ def nvml_load() -> ModuleType | None:
 
 def hardware_describe(*, nvml: ModuleType | None = _AUTO) -> dict[str, Any]:
     """What the run ran on: CPU model and count, memory (bytes), and each GPU's name and memory."""
-    import platform
-
     cpu_model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as cpuinfo:

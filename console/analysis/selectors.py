@@ -198,7 +198,7 @@ def experiment_sweeps(*, arms) -> dict[str, dict[str, int]]:
 def model_catalog_families() -> dict[str, dict]:
     """The ``hf`` model catalog as the fit assessment reads it: {name: {family, size_bytes}},
     the family being the first word of the catalog's tokenizer description."""
-    from workers.catalog import CATALOG
+    from workers.catalog.entries import CATALOG
 
     return {
         name: {"family": m.tokenizer_family.split()[0], "size_bytes": m.size_bytes}

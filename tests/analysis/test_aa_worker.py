@@ -29,7 +29,7 @@ def _prompts(shared_data, n):
 def test_it_finds_no_difference_and_does_not_pass_an_a_a_experiment(celery_worker_proc, shared_data, engineer):
     from console.analysis.selectors import comparison_for_experiment, comparison_state
     from console.decisions import gate
-    from workers.catalog import model_fetch
+    from workers.catalog.resolve import model_fetch
 
     model_fetch(name=MODEL, progress=False)
     n = 20

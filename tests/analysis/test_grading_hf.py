@@ -24,7 +24,7 @@ N = 3
 
 @pytest.mark.worker
 def test_it_grades_baseline_and_ngram_alike_on_real_gsm8k(celery_worker_proc, shared_data):
-    from workers.catalog import model_fetch
+    from workers.catalog.resolve import model_fetch
 
     model_fetch(name=MODEL, progress=False)
     rows = [json.loads(line) for line in (shared_data / "prompts/gsm8k/test.first300_filtered.jsonl").open()][:N]

@@ -144,7 +144,7 @@ def _pk(url: str, prefix: str) -> int:
 def test_it_goes_from_upload_to_a_signed_archived_decision(
     browser, live_server, celery_worker_proc, shared_data, engineer, approver, viewer, tmp_path
 ):
-    from workers.catalog import model_fetch
+    from workers.catalog.resolve import model_fetch
 
     model_fetch(name=MODEL, progress=False)
     trace_file = tmp_path / "story.jsonl"

@@ -504,7 +504,7 @@ def test_acceptance_a_faster_config_has_a_higher_capacity_and_an_aa_pair_overlap
     5 s; only a machine that answers 16 tokens in under a second could make both pass everywhere).
     Each experiment's baseline and A/A twin must find overlapping intervals."""
     from console.analysis.services import comparison_refresh
-    from workers.catalog import model_fetch
+    from workers.catalog.resolve import model_fetch
 
     model_fetch(name=MODEL, progress=False)
     trace = trace_make(name="cap-accept", prompts=LONG_PROMPTS, arrivals=[0.0, 1.0, 2.0, 3.0, 4.0], max_tokens=16)

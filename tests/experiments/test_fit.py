@@ -139,7 +139,7 @@ def test_it_caches_fit_facts_when_a_real_baseline_run_finishes(shared_data, view
     """The smallest real model, the baseline run only, executed in-process as the worker does."""
     from console.experiments.services import experiment_create
     from tests.experiments.factories import trace_make
-    from workers.catalog import model_fetch
+    from workers.catalog.resolve import model_fetch
     from workers.execution import run_execute
 
     model_fetch(name="smollm2-135m", progress=False)

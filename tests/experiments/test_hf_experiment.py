@@ -30,7 +30,7 @@ def _real_prompts(shared_data, n: int = 4) -> list[str]:
 
 @pytest.mark.worker
 def test_it_runs_baseline_ngram_sweep_and_draft_model_through_the_worker(celery_worker_proc, shared_data):
-    from workers.catalog import model_fetch
+    from workers.catalog.resolve import model_fetch
 
     model_fetch(name=MODEL, progress=False)
     trace = trace_make(

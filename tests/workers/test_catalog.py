@@ -11,17 +11,10 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from workers.catalog import (
-    CATALOG,
-    MARKER,
-    _assemble,
-    model_cache_dir,
-    model_check,
-    model_fetch,
-    model_marker,
-    model_resolve,
-    model_status,
-)
+from workers.catalog.assembly import gguf_assemble as _assemble
+from workers.catalog.cache import MARKER, model_cache_dir, model_marker
+from workers.catalog.entries import CATALOG
+from workers.catalog.resolve import model_check, model_fetch, model_resolve, model_status
 from workers.engines.base import EngineError
 
 

@@ -198,7 +198,7 @@ def test_the_real_probe_measures_positive_bounded_rates_on_smollm2():
     import torch
     from transformers import AutoModelForCausalLM
 
-    from workers.catalog import model_resolve
+    from workers.catalog.resolve import model_resolve
 
     model = AutoModelForCausalLM.from_pretrained(
         model_resolve(name_or_path="smollm2-135m"), dtype=torch.float32

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from workers.catalog import CATALOG
+from workers.catalog.entries import CATALOG
 from workers.engines import engine_create
 from workers.engines.base import EngineConfig, EngineError, EngineRequest
 from workers.engines.hf import HFEngine

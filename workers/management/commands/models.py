@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from workers.catalog import CATALOG, model_cache_dir, model_fetch, model_status
+from workers.catalog.cache import model_cache_dir
+from workers.catalog.entries import CATALOG
+from workers.catalog.resolve import model_fetch, model_status
 from workers.engines.base import EngineError
 
 

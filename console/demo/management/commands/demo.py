@@ -33,7 +33,7 @@ from console.demo.report import demo_report_print
 from console.demo.trace import demo_trace_import
 from console.demo.worker import demo_experiment_run
 from console.experiments.models import Experiment
-from workers.catalog import model_fetch
+from workers.catalog.resolve import model_fetch
 from workers.embedded import Interrupted, interrupt_signals
 
 # `make demo` writes the time it started (seconds since the epoch) so the budget can count the
