@@ -9,7 +9,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 
 def json_safe(value: Any) -> Any:
@@ -38,6 +37,10 @@ def json_safe(value: Any) -> Any:
         return int(value)
     if isinstance(value, float | np.floating):
         return float(value) if math.isfinite(value) else None
+    # seam: pandas is heavy (about 65 MiB); a trace import, which only needs canonical_json, never
+    # loads it. Only values of no plain or numpy type get here, and a pd.NA comes with pandas loaded.
+    import pandas as pd
+
     if value is pd.NA or value is pd.NaT:
         return None
     if hasattr(value, "item") and not isinstance(value, str | bytes):  # other numpy scalars (datetime64)
@@ -65,6 +68,7 @@ _CANONICAL = {
     for ensure_ascii in (False, True)
     for allow_nan in (False, True)
 }
+_STORED = _CANONICAL[False, False]
 
 
 def canonical_json(value: Any, *, ensure_ascii: bool = False, allow_nan: bool = False) -> str:
@@ -75,6 +79,8 @@ def canonical_json(value: Any, *, ensure_ascii: bool = False, allow_nan: bool = 
     ``ensure_ascii`` writes non-ASCII as ``\\u`` escapes and ``allow_nan`` writes ``NaN`` and
     ``Infinity`` (not JSON); both together are ``json.dumps``'s own defaults, the bytes of grading's
     in-memory keys. A value that is not JSON (a set, an object) raises TypeError."""
+    if not (ensure_ascii or allow_nan):
+        return "".join(_STORED(value, 0))  # the stored form, a few times per imported request
     return "".join(_CANONICAL[ensure_ascii, allow_nan](value, 0))
 
 

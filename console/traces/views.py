@@ -17,7 +17,8 @@ from console.traces import selectors
 from console.traces.errors import TraceError, TraceImportError
 from console.traces.forms import TraceUploadForm
 from console.traces.models import Trace
-from console.traces.services import TraceInUseError, TracePreview, trace_delete, trace_import, trace_preview
+from console.traces.preview import TracePreview, trace_preview
+from console.traces.services import TraceInUseError, trace_delete, trace_import
 from console.traces.uploads import refused_message, upload_size_refusal
 
 

@@ -16,7 +16,8 @@ from django.core.management import call_command
 from console.traces.errors import TraceImportError
 from console.traces.models import Trace, TraceRequest
 from console.traces.parsers.mapped import KEEP_FIELDS_MAX, field_mapping_parse
-from console.traces.services import trace_delete, trace_import, trace_preview
+from console.traces.preview import trace_preview
+from console.traces.services import trace_delete, trace_import
 
 pytestmark = pytest.mark.django_db
 FIXTURES = Path(__file__).parent / "fixtures"
