@@ -31,6 +31,11 @@ from pathlib import Path
 
 from django.conf import settings
 
+from console.experiments.models import Run
+from console.experiments.runs import runs_reap
+from console.experiments.services import experiment_runs_cancel_leftover
+from workers.celery import app
+
 log = logging.getLogger(__name__)
 
 # Set in the worker's environment by embedded_worker(); the worker's hooks below act only then.
@@ -222,8 +227,6 @@ def worker_stop(
     """
     from django.db import connection
 
-    from console.experiments.services import experiment_runs_cancel_leftover
-
     _interrupt.stopping = True
     signals_before = len(_interrupt.received)
     cancelled: dict[int, int] = {}
@@ -275,8 +278,6 @@ def broker_queues_pending() -> set[str]:
 
 def broker_queues_purge(*, queues: Iterable[str]) -> int:
     """Delete the pending messages of ``queues`` on the configured broker. Returns how many."""
-    from workers.celery import app
-
     queues = list(queues)
     if not queues:
         return 0
@@ -295,8 +296,6 @@ def reaper_timer(*, interval_s: float | None = None) -> Iterator[threading.Threa
     SPECREVIEW_REAP_EVERY_S) on a thread of this process: where no Celery beat runs, the
     process that started the embedded worker keeps runs from staying ``running`` forever."""
     from django.db import connection
-
-    from console.experiments.runs import runs_reap
 
     every = float(settings.SPECREVIEW_REAP_EVERY_S if interval_s is None else interval_s)
     stop = threading.Event()
@@ -336,9 +335,6 @@ def _die_with_parent(parent_pid: int) -> None:
 def _run_stop_requested(*, run_id: int, sig: str) -> None:
     from django.db import connection
 
-    from console.experiments.models import Run
-    from console.experiments.services import experiment_runs_cancel_leftover
-
     try:
         run = Run.objects.filter(pk=run_id).only("experiment_id").first()
         if run is not None:
@@ -372,8 +368,6 @@ def _hooks_install(parent_pid: int) -> None:
 
     queue = os.environ.get(QUEUE_ENV)
     if queue:
-        from workers.celery import app
-
         # Tasks this worker enqueues itself (the comparison once the runs end) go to the queue
         # it serves; on the default queue nobody would run them.
         app.conf.task_default_queue = queue

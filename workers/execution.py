@@ -23,6 +23,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
+from console.analysis.quality import response_format_check, tool_call_check
 from console.experiments.matrix import output_buckets_parse, recorded_output_tokens
 from console.experiments.models import Experiment, Run
 from console.experiments.runs import run_cancel, run_claim, run_fail, run_heartbeat, run_update
@@ -90,7 +91,6 @@ def run_requests(*, experiment: Experiment, bucket: str = "") -> list[tuple[Trac
 
 
 def _validity(record_text: str, tr: TraceRequest) -> dict:
-    from console.analysis.quality import response_format_check, tool_call_check
 
     fmt = response_format_check(record_text, tr.response_format)
     tool = tool_call_check(record_text, tr.tools)

@@ -5,14 +5,16 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
+from console.analysis.services import comparison_refresh
+from console.experiments.runs import runs_reap as reap
+from console.experiments.worker_ping import worker_heartbeat_record
 from workers.engines import EngineError
+from workers.execution import run_execute
 
 
 @shared_task(name="workers.ping", soft_time_limit=30, time_limit=60)
 def ping(*, note: str) -> str:
     """Write a heartbeat row so a caller can see a real worker reached the database."""
-    from console.experiments.worker_ping import worker_heartbeat_record
-
     return str(worker_heartbeat_record(note=note).pk)
 
 
@@ -25,8 +27,6 @@ def ping(*, note: str) -> str:
     time_limit=1900,
 )
 def compute_comparison(*, experiment_id: int) -> str:
-    from console.analysis.services import comparison_refresh
-
     return "computed" if comparison_refresh(experiment_id=experiment_id) is not None else "no baseline"
 
 
@@ -45,8 +45,6 @@ def compute_comparison(*, experiment_id: int) -> str:
     max_retries=settings.SPECREVIEW_RUN_MAX_ATTEMPTS,
 )
 def execute_run(self, *, run_id: int) -> str:
-    from workers.execution import run_execute
-
     try:
         return run_execute(run_id=run_id)
     except EngineError as exc:  # only transient ones escape, the run already back in `queued`
@@ -62,6 +60,4 @@ def execute_run(self, *, run_id: int) -> str:
 )
 def runs_reap() -> str:
     """Re-queue or fail runs whose worker stopped beating; re-send queued runs the broker lost."""
-    from console.experiments.runs import runs_reap as reap
-
     return str(reap())

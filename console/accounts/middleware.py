@@ -6,6 +6,9 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import JsonResponse
 
+from console.accounts.services import ApiTokenRejected, api_token_authenticate
+from console.accounts.throttle import client_address
+
 PUBLIC_PREFIXES = ("/accounts/login/", "/static/", "/healthz")
 
 
@@ -18,8 +21,6 @@ class LoginRequiredEverywhere:
         if path.startswith("/api/"):
             raw = _bearer(request)
             if raw is not None:
-                from console.accounts.services import ApiTokenRejected, api_token_authenticate
-                from console.accounts.throttle import client_address
 
                 try:
                     request.user = api_token_authenticate(raw=raw, client_ip=client_address(request))

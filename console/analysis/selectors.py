@@ -7,12 +7,22 @@ import hashlib
 import json
 from collections.abc import Callable
 
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from console.analysis.comparison import comparison_compute
 from console.analysis.comparison.schema import Summary, summary_load
+from console.analysis.comparison.spec import draft_cross_vocabulary
+from console.analysis.fit_assessment import fit_assess
+from console.analysis.fit_stats import FIT_VERSION, RECORDED_OUTPUT_KEYS, first_token_count
+from console.analysis.grading import reference_of
 from console.analysis.models import ComparisonCache
 from console.experiments.models import Experiment, Run
 from console.jsonutil import json_safe
 from console.results.models import RequestResult, RunSummary
 from console.results.selectors import results_frames
+from console.traces.models import TraceRequest
+from workers.catalog.entries import CATALOG
 
 
 def experiment_finished_runs(*, experiment: Experiment) -> list[Run]:
@@ -26,8 +36,6 @@ def experiment_finished_runs(*, experiment: Experiment) -> list[Run]:
 def experiment_cross_vocabulary_arms(*, experiment: Experiment) -> list[str]:
     """Labels of the arms whose runs recorded a draft with another vocabulary than the target's
     (``spec.draft_cross_vocabulary``), in arm order."""
-    from console.analysis.comparison.spec import draft_cross_vocabulary
-
     flagged: dict[str, int] = {}
     for label, position, versions in Run.objects.filter(experiment=experiment).values_list(
         "arm__label", "arm__position", "versions"
@@ -90,8 +98,6 @@ def comparison_progress(*, experiment: Experiment) -> dict | None:
     )
     if not progress or not progress.get("started_at"):
         return None
-    from django.utils import timezone
-    from django.utils.dateparse import parse_datetime
 
     started = parse_datetime(progress["started_at"])
     elapsed = (timezone.now() - started).total_seconds() if started else None
@@ -125,8 +131,6 @@ def comparison_compute_for(
 ) -> dict:
     """Compute (never store) the comparison of ``runs``. ``progress`` is called with each stage
     of ``COMPARISON_STAGES`` as it starts."""
-    from console.analysis.comparison import comparison_compute
-
     report = progress or (lambda stage: None)
     report(COMPARISON_STAGES[0])
     # Capacity-search steps (``Run.capacity_step``) are their own section: each arm's steps run
@@ -173,9 +177,6 @@ def comparison_compute_for(
 def grading_references(*, runs: list[Run]) -> dict[str, dict | None]:
     """The grading reference (``console.analysis.grading.reference_of``) of every request the runs
     replayed, by request id: one row per trace request, not per result."""
-    from console.analysis.grading import reference_of
-    from console.traces.models import TraceRequest
-
     used = RequestResult.objects.filter(run_id__in=[r.pk for r in runs]).values("trace_request_id")
     rows = TraceRequest.objects.filter(pk__in=used).values_list("request_id", "metadata", "prompt")
     return {rid: reference_of(meta, prompt=prompt) for rid, meta, prompt in rows.iterator(chunk_size=2000)}
@@ -198,8 +199,6 @@ def experiment_sweeps(*, arms) -> dict[str, dict[str, int]]:
 def model_catalog_families() -> dict[str, dict]:
     """The ``hf`` model catalog as the fit assessment reads it: {name: {family, size_bytes}},
     the family being the first word of the catalog's tokenizer description."""
-    from workers.catalog.entries import CATALOG
-
     return {
         name: {"family": m.tokenizer_family.split()[0], "size_bytes": m.size_bytes}
         for name, m in CATALOG.items()
@@ -210,8 +209,6 @@ def experiment_fit_inputs_trace(*, experiment: Experiment) -> dict:
     """The trace side of the fit assessment, in one light query over the experiment's split:
     traffic classes, the trace's mean arrival rate (requests/s), and per request its output
     limit (tokens, capped by the experiment's) and recorded output length (or None)."""
-    from console.analysis.fit import RECORDED_OUTPUT_KEYS, first_token_count
-
     qs = experiment.trace.requests.all()
     if experiment.split != "all":
         qs = qs.filter(split=experiment.split)
@@ -238,8 +235,6 @@ def experiment_fit_assessment(*, experiment: Experiment) -> dict:
     """The experiment's fit assessment (``console.analysis.fit.fit_assess``): from the trace and
     the configs before any run, refined by the fit facts the worker cached for each finished
     baseline run. Reads stored data only."""
-    from console.analysis.fit import FIT_VERSION, fit_assess
-
     arms = list(experiment.arms.select_related("config"))
     baseline_runs = experiment.runs.filter(status=Run.Status.DONE, arm__is_baseline=True)
     runs = []

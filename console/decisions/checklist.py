@@ -11,7 +11,7 @@ Evidence (built by ``selectors.decision_evidence``): ``trace`` (``name``, ``sha2
 ({arm: {library: version}}), ``structured`` ({"response_format": n, "tools": n} request counts),
 ``stats_reported`` (set of ``pNN`` stats in the comparison), ``acceptance_by_task`` (bool),
 ``facts`` (the gate facts), ``rollback`` (the plan), ``configs`` ([{arm, content_hash, ...}]),
-``fit`` (the experiment's fit assessment, ``console.analysis.fit``: listed as its own section, one
+``fit`` (the experiment's fit assessment, ``console.analysis.fit_assessment``: listed as its own section, one
 row per condition, informational).
 
 A question in ``CONDITIONAL`` is asked only when the evidence calls for it: the separate gate of a

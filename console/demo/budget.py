@@ -22,6 +22,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from console.experiments.models import Run
+from console.results.models import RequestResult
+
 
 def union_length(intervals: Iterable[tuple[float, float]]) -> float:
     """Total length (seconds) of the union of ``(start, end)`` intervals; empty or reversed
@@ -43,7 +46,6 @@ def union_length(intervals: Iterable[tuple[float, float]]) -> float:
 @dataclass
 class RunBudget:
     """One run's seconds by phase (see the module docstring)."""
-
     model_load: float = 0.0
     warmup: float = 0.0
     prefill: float = 0.0
@@ -80,7 +82,6 @@ class DemoBudget:
     """The whole demo: seconds before the command (install, migrate), fetching models, the
     runs' phases summed, and what is left of the wall-clock total (worker start, queueing
     between runs, the comparison, the policy and the decision)."""
-
     before_command: float | None
     fetch: float
     runs: RunBudget
@@ -144,9 +145,6 @@ def experiment_budget(
     *, experiment: Any, before_command: float | None, fetch: float, total: float
 ) -> DemoBudget:
     """The budget of ``experiment``'s finished runs (read from the database)."""
-    from console.experiments.models import Run
-    from console.results.models import RequestResult
-
     per_run = []
     for run in experiment.runs.filter(status=Run.Status.DONE).order_by("order"):
         span = (

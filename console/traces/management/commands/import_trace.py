@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from console.traces.errors import TraceImportError
 from console.traces.parsers import PARSERS
 from console.traces.parsers.mapped import field_mapping_parse
+from console.traces.selectors import trace_as_dict
 from console.traces.services import trace_import_path
 
 
@@ -97,7 +98,6 @@ class Command(BaseCommand):
             raise SystemExit(2) from None
         trace = result.trace
         if json:
-            from console.traces.selectors import trace_as_dict
 
             self.stdout.write(_dumps({"created": result.created, "trace": trace_as_dict(trace, detail=True)}))
             return
