@@ -2,77 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.http import HttpRequest
 from ninja import Field, Path, Router
 
-from console.analysis.selectors import comparison_for_experiment, comparison_state
-from console.apikit import ApiError, Id, Open, errors, row_or_404
+from console.analysis.comparison.schema import ComparisonSchemaError, Summary
+from console.analysis.selectors import comparison_state, comparison_summary_for_experiment
+from console.apikit import ApiError, Id, errors, row_or_404
 from console.experiments.models import Experiment
 
 router = Router(tags=["analysis"])
 
 
-class CorrectnessRateOut(Open):
-    """Graded correctness of one arm, load and task (``console.analysis.grading``)."""
-
-    arm: str
-    load: str
-    task: str
-    gradable: int = Field(description="graded rows: requests with a reference, each repeat counted")
-    correct: int = Field(description="graded rows whose answer was right")
-    rate: float = Field(description="correct / gradable, 0..1")
-    interval: list[float | None] = Field(description="[lo, hi] of the rate, request-clustered (docs/statistics.md)")
-    n_requests: int = Field(description="distinct gradable requests: the resampled unit")
-
-
-class CorrectnessOut(Open):
-    rates: list[CorrectnessRateOut] = Field(description="per arm x load x task; only groups with a reference")
-    counts: list[dict[str, Any]] = Field(description="paired counts (check 'correct') read by gate criterion 3")
-    regressions: list[dict[str, Any]] = Field(description="baseline right, candidate wrong (first rows)")
-    n_regressions: int
-    n_gradable: int
-    n_not_gradable: int
-
-
-class CapacityArmOut(Open):
-    """One arm's capacity at the SLO (``console.analysis.comparison.capacity``, docs/capacity.md)."""
-
-    arm: str
-    rate_multiplier: float | None = Field(
-        description="highest passing arrival-rate multiplier (geometric mean over repeats); null: none passed"
-    )
-    interval: list[float | None] = Field(
-        description="[lo, hi]: envelope of the repeats' search brackets; null for an end a search left open"
-    )
-    slo: dict[str, Any] = Field(description="traffic_class and the bounds every step was judged on")
-    steps: list[dict[str, Any]] = Field(
-        description="the curve: per step rate_multiplier, offered_rps, attainment, p95_tpot_s, p95_e2e_s, passed"
-    )
-    ratio: float | None = Field(None, description="capacity / the baseline's; null for the baseline")
-    ratio_interval: list[float | None] = Field(default_factory=lambda: list[float | None]([None, None]))
-    cost_per_success_usd: float | None = Field(None, description="price per hour / successful tasks per hour at capacity")
-
-
-class CapacityOut(Open):
-    slo: dict[str, Any]
-    search: dict[str, Any] = Field(description="lo, hi (rate multipliers) and steps (the budget per search)")
-    interval_method: str
-    arms: list[CapacityArmOut]
-
-
-class ComparisonOut(Open):
-    """The stored comparison (``console.analysis.comparison.schema``), plus its ``state``."""
+class ComparisonOut(Summary):
+    """The stored comparison (``console.analysis.comparison.schema.Summary``, every field
+    declared there), plus its ``state``."""
 
     state: str = Field(description="ready (current) or stale (being recomputed)")
-    cost_basis: str | None = Field(
-        None, description="what accelerator-hours are priced on: capacity (a search ran) or busy_time"
-    )
-    capacity: CapacityOut | None = Field(None, description="capacity at the SLO; null when no search ran")
-    correctness: CorrectnessOut | None = Field(
-        None, description="graded correctness; null in a comparison stored before grading existed"
-    )
 
 
 @router.get(
@@ -82,13 +27,18 @@ class ComparisonOut(Open):
     summary="The comparison summary of an experiment",
 )
 def comparison(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
-    """409 until a baseline run has finished and the comparison task has stored its result;
+    """409 until a baseline run has finished and the comparison task has stored its result, and
+    for a comparison stored in another schema version or shape (the message says so);
     ``state`` says whether it is current (``ready``) or being recomputed (``stale``)."""
     experiment = row_or_404(Experiment.objects, id, what="experiment")
     state = comparison_state(experiment=experiment)
     if state == "no baseline":
         raise ApiError(409, "no finished baseline run yet: nothing to compare")
-    summary = comparison_for_experiment(experiment=experiment)
+    try:
+        summary = comparison_summary_for_experiment(experiment=experiment)
+    except ComparisonSchemaError as exc:
+        raise ApiError(409, str(exc)) from exc
     if summary is None:
         raise ApiError(409, "the comparison is being computed: try again shortly")
-    return dict(summary, state=state)
+    # Already validated field for field: the response only adds its state.
+    return ComparisonOut.model_construct(**dict(summary), state=state)

@@ -1,13 +1,28 @@
-"""Plotly figures for the comparison and run pages: pure functions from summaries/frames to
-HTML fragments (plotly.js itself is served locally, never from a CDN)."""
+"""Plotly figures for the comparison and run pages: pure functions from the typed comparison's
+rows (``console.analysis.comparison.schema``) and the slice view's rows, or a run's frame, to
+figures and HTML fragments (plotly.js itself is served locally, never from a CDN)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 import plotly.graph_objects as go
 
+from console.analysis.comparison.schema import (
+    AcceptanceByOutputPosition,
+    AcceptanceByPosition,
+    AcceptanceByTask,
+    Capacity,
+    CapacitySlo,
+    CapacityStep,
+    HeadlineRow,
+    KneeRow,
+    SliceRow,
+)
+from console.analysis.slice_view import CdfLine, TableRow
 from console.figures import figure_html
 
 LAYOUT = dict(
@@ -22,7 +37,7 @@ def fig_html(fig: go.Figure, *, div_id: str) -> str:
     return figure_html(fig, div_id=div_id, layout=LAYOUT)
 
 
-def latency_cdf(series: list[dict], *, metric: str, title: str) -> go.Figure:
+def latency_cdf(series: Sequence[CdfLine], *, metric: str, title: str) -> go.Figure:
     """CDF of one per-request latency per arm x load, from precomputed quantiles (seconds)."""
     fig = go.Figure()
     for item in series:
@@ -34,13 +49,19 @@ def latency_cdf(series: list[dict], *, metric: str, title: str) -> go.Figure:
 
 
 def metric_vs_load(
-    headline: list[dict], *, metric: str, title: str, scale: float = 1.0, unit: str = ""
+    rows: Sequence[TableRow],
+    *,
+    value: Callable[[HeadlineRow | SliceRow], float | None],
+    title: str,
+    scale: float = 1.0,
+    unit: str = "",
 ) -> go.Figure:
-    """One line per arm across load levels (x: load label in experiment order)."""
+    """One line per arm across load levels (x: load label in experiment order) of ``value`` of
+    each row's statistics."""
     by_arm: dict[str, list[tuple[str, float | None]]] = defaultdict(list)
-    for row in headline:
-        value = row.get(metric)
-        by_arm[row["arm"]].append((row["load"], None if value is None else value * scale))
+    for row in rows:
+        v = value(row["stats"])
+        by_arm[row["arm"]].append((row["load"], None if v is None else v * scale))
     fig = go.Figure()
     for arm, points in by_arm.items():
         fig.add_trace(
@@ -50,14 +71,13 @@ def metric_vs_load(
     return fig
 
 
-def acceptance_by_task(rows: list[dict]) -> go.Figure:
+def acceptance_by_task(rows: Sequence[AcceptanceByTask]) -> go.Figure:
     fig = go.Figure()
-    key = "task"
     series: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
     for row in rows:
-        label = f"{row.get('arm')} @ {row.get('load')}"
-        series[label][0].append(row.get(key))
-        series[label][1].append(row.get("acceptance_rate"))
+        label = f"{row.arm} @ {row.load}"
+        series[label][0].append(row.task)
+        series[label][1].append(row.acceptance_rate)
     for label, (x, y) in series.items():
         fig.add_trace(go.Bar(x=x, y=y, name=label))
     fig.update_layout(
@@ -69,13 +89,13 @@ def acceptance_by_task(rows: list[dict]) -> go.Figure:
     return fig
 
 
-def acceptance_by_output_position(rows: list[dict]) -> go.Figure:
+def acceptance_by_output_position(rows: Sequence[AcceptanceByOutputPosition]) -> go.Figure:
     fig = go.Figure()
     series: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
     for row in rows:
-        label = f"{row.get('arm')} @ {row.get('load')}"
-        series[label][0].append(str(row.get("position_bucket")))
-        series[label][1].append(row.get("acceptance_rate", row.get("rate")))
+        label = f"{row.arm} @ {row.load}"
+        series[label][0].append(row.position_bucket)
+        series[label][1].append(row.acceptance_rate)
     for label, (x, y) in series.items():
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=label))
     fig.update_layout(
@@ -87,13 +107,13 @@ def acceptance_by_output_position(rows: list[dict]) -> go.Figure:
     return fig
 
 
-def acceptance_by_draft_position(rows: list[dict]) -> go.Figure:
+def acceptance_by_draft_position(rows: Sequence[AcceptanceByPosition]) -> go.Figure:
     fig = go.Figure()
     series: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
     for row in rows:
-        label = f"{row.get('arm')} @ {row.get('load')}"
-        series[label][0].append(row.get("position", row.get("j")))
-        series[label][1].append(row.get("rate"))
+        label = f"{row.arm} @ {row.load}"
+        series[label][0].append(row.position)
+        series[label][1].append(row.rate)
     for label, (x, y) in series.items():
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=label))
     fig.update_layout(
@@ -105,18 +125,17 @@ def acceptance_by_draft_position(rows: list[dict]) -> go.Figure:
     return fig
 
 
-def sweep_knees(knees: list[dict]) -> go.Figure:
+def sweep_knees(knees: Sequence[KneeRow]) -> go.Figure:
     fig = go.Figure()
     for knee in knees:
-        if knee.get("dimension"):
+        if knee.dimension:
             continue  # the all-requests view; slices are in the table
-        points = knee.get("points") or []
-        label = f"{knee.get('sweep')} @ {knee.get('load')}"
-        xs = [p.get("k") for p in points]
-        ys = [None if p.get("tpot_s_p50") is None else p["tpot_s_p50"] * 1000 for p in points]
+        label = f"{knee.sweep} @ {knee.load}"
+        xs = [p.k for p in knee.points]
+        ys = [None if p.tpot_s_p50 is None else p.tpot_s_p50 * 1000 for p in knee.points]
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=label))
-        if knee.get("knee_k") is not None:
-            k = knee["knee_k"]
+        if knee.knee_k is not None:
+            k = knee.knee_k
             y = next((y for x, y in zip(xs, ys, strict=False) if x == k), None)
             fig.add_trace(
                 go.Scatter(
@@ -137,15 +156,15 @@ def sweep_knees(knees: list[dict]) -> go.Figure:
     return fig
 
 
-def memory_per_arm(headline: list[dict]) -> go.Figure:
+def memory_per_arm(headline: Sequence[HeadlineRow]) -> go.Figure:
     fig = go.Figure()
-    loads = sorted({row["load"] for row in headline}, key=str)
+    loads = sorted({row.load for row in headline}, key=str)
     for load in loads:
-        rows = [r for r in headline if r["load"] == load]
+        rows = [r for r in headline if r.load == load]
         fig.add_trace(
             go.Bar(
-                x=[r["arm"] for r in rows],
-                y=[(r.get("peak_memory_bytes") or 0) / 2**30 for r in rows],
+                x=[r.arm for r in rows],
+                y=[(r.peak_memory_bytes or 0) / 2**30 for r in rows],
                 name=load,
             )
         )
@@ -205,38 +224,57 @@ def run_timeline(rows: pd.DataFrame) -> go.Figure:
     return fig
 
 
+@dataclass(frozen=True)
+class CapacityMetric:
+    """One capacity-search statistic a chart draws: its title and unit, the factor to the
+    unit, the value of a step and the SLO's bound (None: not declared)."""
+
+    title: str
+    unit: str
+    scale: float
+    of_step: Callable[[CapacityStep], float | None]
+    bound: Callable[[CapacitySlo], float | None]
+
+
 CAPACITY_METRICS = {
-    "attainment": ("SLO attainment vs offered rate", "share of requests within deadline", 1.0),
-    "p95_tpot_s": ("p95 TPOT vs offered rate", "ms per token", 1000.0),
-    "p95_e2e_s": ("p95 end-to-end vs offered rate", "seconds", 1.0),
+    "attainment": CapacityMetric(
+        "SLO attainment vs offered rate", "share of requests within deadline", 1.0, lambda p: p.attainment, lambda s: s.attainment
+    ),
+    "p95_tpot_s": CapacityMetric(
+        "p95 TPOT vs offered rate", "ms per token", 1000.0, lambda p: p.p95_tpot_s, lambda s: s.p95_tpot_s
+    ),
+    "p95_e2e_s": CapacityMetric(
+        "p95 end-to-end vs offered rate", "seconds", 1.0, lambda p: p.p95_e2e_s, lambda s: s.p95_e2e_s
+    ),
 }
 
 
-def capacity_curve(capacity: dict, *, metric: str) -> go.Figure:
+def capacity_curve(capacity: Capacity, *, metric: str) -> go.Figure:
     """One line per arm (each repeat's steps pooled, by offered rate multiplier, log x) of one
     capacity-search statistic, the SLO's bound drawn as a dashed line and each arm's capacity as a
     dotted vertical line. ``capacity`` is the comparison's ``capacity`` section."""
-    title, unit, scale = CAPACITY_METRICS[metric]
+    spec = CAPACITY_METRICS[metric]
+    scale = spec.scale
     fig = go.Figure()
-    for arm in capacity.get("arms") or []:
+    for arm in capacity.arms:
         points = sorted(
-            (p for p in arm.get("steps") or [] if p.get(metric) is not None), key=lambda p: p["rate_multiplier"]
+            ((p, v) for p in arm.steps if (v := spec.of_step(p)) is not None), key=lambda pv: pv[0].rate_multiplier
         )
         fig.add_trace(
             go.Scatter(
-                x=[p["rate_multiplier"] for p in points],
-                y=[p[metric] * scale for p in points],
+                x=[p.rate_multiplier for p, _ in points],
+                y=[v * scale for _, v in points],
                 mode="lines+markers",
-                name=str(arm.get("arm")),
-                marker=dict(symbol=["circle" if p.get("passed") else "x" for p in points]),
-                text=[f"repeat {p['repeat']} step {p['step']}: {'pass' if p.get('passed') else 'fail'}" for p in points],
+                name=str(arm.arm),
+                marker=dict(symbol=["circle" if p.passed else "x" for p, _ in points]),
+                text=[f"repeat {p.repeat} step {p.step}: {'pass' if p.passed else 'fail'}" for p, _ in points],
             )
         )
-        if arm.get("rate_multiplier") is not None:
-            fig.add_vline(x=arm["rate_multiplier"], line_dash="dot", line_width=1, opacity=0.5)
-    bound = (capacity.get("slo") or {}).get(metric)
+        if arm.rate_multiplier is not None:
+            fig.add_vline(x=arm.rate_multiplier, line_dash="dot", line_width=1, opacity=0.5)
+    bound = spec.bound(capacity.slo)
     if bound is not None:
         fig.add_hline(y=bound * scale, line_dash="dash", line_color="firebrick", annotation_text="SLO")
-    fig.update_layout(title=title, xaxis_title="offered rate (x the trace's arrival rate)", yaxis_title=unit)
+    fig.update_layout(title=spec.title, xaxis_title="offered rate (x the trace's arrival rate)", yaxis_title=spec.unit)
     fig.update_xaxes(type="log")
     return fig

@@ -14,6 +14,7 @@ from django.db.models import BinaryField, ExpressionWrapper, F, QuerySet
 from django.db.models.sql.constants import MULTI
 
 from console.analysis.arrays import unpack_many
+from console.analysis.comparison.schema import Summary, summary_load
 from console.analysis.frame_pack import frames_concat
 from console.analysis.models import ComparisonCache, RequestResult, RunTelemetry
 from console.experiments.models import Experiment, Run
@@ -331,6 +332,15 @@ def comparison_for_experiment(*, experiment: Experiment) -> dict | None:
     (``console.analysis.services.comparison_refresh``)."""
     data = ComparisonCache.objects.filter(experiment=experiment).values_list("data", flat=True).first()
     return data or None
+
+
+def comparison_summary_for_experiment(*, experiment: Experiment) -> Summary | None:
+    """The stored comparison of the experiment read through the typed contract
+    (``console.analysis.comparison.schema``), as :func:`comparison_for_experiment` finds it;
+    None when none is stored. Raises ``schema.ComparisonSchemaError`` for one stored in another
+    schema version or shape (its message says to recompute it)."""
+    data = comparison_for_experiment(experiment=experiment)
+    return None if data is None else summary_load(data)
 
 
 def comparison_compute_for(

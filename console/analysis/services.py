@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.utils import timezone
 
 from console.analysis.comparison.bootstrap import DEFAULT_N_BOOT
+from console.analysis.comparison.schema import summary_load
 from console.analysis.models import ComparisonCache
 from console.analysis.selectors import (
     COMPARISON_STAGES,
@@ -49,6 +50,7 @@ def comparison_refresh(
         data = comparison_compute_for(experiment=experiment, runs=runs, n_boot=n_boot, progress=report)
         report(COMPARISON_STAGES[-1])
         data["key"] = key
+        summary_load(data)  # what is stored is what every reader can load
     finally:
         ComparisonCache.objects.filter(experiment=experiment).update(progress={})
     ComparisonCache.objects.update_or_create(

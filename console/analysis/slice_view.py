@@ -1,13 +1,24 @@
 """The comparison page's slice views, read from the stored comparison: which slices there are,
 which one a request asks for, and that slice's rows, shaped like the whole experiment's so the
-same table and charts draw either. Pure functions over the stored summary (a dict); nothing here
-computes a statistic: the intervals, noise floors and "not measured" verdicts of every slice are
-computed with the whole experiment's by ``comparison_compute`` (``paired.paired_stage``).
+same table and charts draw either. Pure functions over the typed comparison
+(``console.analysis.comparison.schema``; a comparison as JSON is read through the model first);
+they return the page's rows (plain TypedDicts for the templates). Nothing here computes a
+statistic: the intervals, noise floors and "not measured" verdicts of every slice are computed
+with the whole experiment's by ``comparison_compute`` (``paired.paired_stage``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+from console.analysis.comparison.schema import (
+    Comparison,
+    DeltaRow,
+    HeadlineRow,
+    SliceRow,
+    comparison_load,
+)
 
 ALL = "all"
 DIMENSION_LABELS: dict[str, str] = {
@@ -23,42 +34,90 @@ class SliceError(ValueError):
     """The requested slice names no slice of this comparison."""
 
 
+class SliceOption(TypedDict):
+    key: str  # slice_key(dimension, value)
+    value: str
+    n_requests: int | None  # the most distinct requests of its paired comparisons; None: none
+
+
+class SliceGroup(TypedDict):
+    dimension: str
+    label: str
+    options: list[SliceOption]
+
+
+class TableRow(TypedDict):
+    """One row of the headline table and the load charts: an arm at a load, over all requests
+    (``stats`` a headline row) or over one slice (a slice row)."""
+
+    arm: str
+    load: str
+    is_baseline: bool
+    n_requests: int
+    n_failed: int
+    stats: HeadlineRow | SliceRow
+
+
+class CdfLine(TypedDict):
+    arm: str
+    load: str
+    x: list[float]  # seconds
+    y: list[float]  # share of requests, 0..1
+
+
+class ClassGoodputRow(TypedDict):
+    traffic_class: str
+    load: str
+    arm: str
+    is_baseline: bool
+    goodput_rps: float | None
+    attainment: float | None
+    n_requests: int
+    # The paired class_goodput_rps comparison as stored (the DeltaRow's JSON: the template reads
+    # it like the rest of the page); None for the baseline or a comparison stored without it.
+    delta: dict[str, Any] | None
+
+
+class TelemetryRow(TypedDict):
+    arm: str
+    load: str
+    mean_util: float | None
+    energy_j: float | None
+    energy_per_success_j: float | None
+    measured: bool
+
+
+def _typed(summary: Comparison | Mapping[str, Any]) -> Comparison:
+    return summary if isinstance(summary, Comparison) else comparison_load(summary)
+
+
 def slice_key(dimension: str, value: Any) -> str:
     """The query-string form of a slice: ``dimension:value``."""
     return f"{dimension}:{value}"
 
 
-def _dimensions(summary: dict) -> list[str]:
-    stored = summary.get("slice_dimensions")
-    if stored:
-        return [str(d) for d in stored]
-    # Comparisons stored before slice_dimensions: the dimensions their slice rows have.
-    return list(dict.fromkeys(str(r.get("dimension")) for r in summary.get("slices") or []))
-
-
-def slice_options(summary: dict) -> list[dict[str, Any]]:
-    """The selector's groups, in ``DIMENSION_LABELS`` order: ``{"dimension", "label", "options":
-    [{"key", "value", "n_requests"}]}``; ``n_requests`` is the most distinct requests any of the
-    slice's paired comparisons has (the resampled unit the "n too small" rule counts), None when
-    no candidate was compared in it."""
-    dims = _dimensions(summary)
+def slice_options(summary: Comparison | Mapping[str, Any]) -> list[SliceGroup]:
+    """The selector's groups, in ``DIMENSION_LABELS`` order; each option's ``n_requests`` is the
+    most distinct requests any of the slice's paired comparisons has (the resampled unit the "n
+    too small" rule counts), None when no candidate was compared in it."""
+    comparison = _typed(summary)
+    dims = list(comparison.slice_dimensions)
     order = [d for d in DIMENSION_LABELS if d in dims] + [d for d in dims if d not in DIMENSION_LABELS]
-    groups = []
+    groups: list[SliceGroup] = []
     for dim in order:
-        counts: dict[Any, int | None] = {}
-        for r in summary.get("slices") or []:
-            if r.get("dimension") != dim:
+        counts: dict[str, int | None] = {}
+        for r in comparison.slices:
+            if r.dimension != dim:
                 continue
-            seen = [int(d["n_requests"]) for d in r.get("deltas") or [] if d.get("n_requests") is not None]
-            best = counts.get(r.get("value"))
-            counts[r.get("value")] = max([*seen, *([best] if best is not None else [])], default=None)
-        options = [{"key": slice_key(dim, v), "value": v, "n_requests": n} for v, n in counts.items()]
+            best = counts.get(r.value)
+            counts[r.value] = max([*(d.n_requests for d in r.deltas), *([best] if best is not None else [])], default=None)
+        options: list[SliceOption] = [{"key": slice_key(dim, v), "value": v, "n_requests": n} for v, n in counts.items()]
         if options:
             groups.append({"dimension": dim, "label": DIMENSION_LABELS.get(dim, dim), "options": options})
     return groups
 
 
-def slice_parse(summary: dict, raw: str | None) -> tuple[str, Any] | None:
+def slice_parse(summary: Comparison | Mapping[str, Any], raw: str | None) -> tuple[str, str] | None:
     """``None`` for all requests (no parameter, empty, or ``all``), else ``(dimension, value)``.
     Raises :class:`SliceError` saying which slices exist when ``raw`` names none of them."""
     raw = (raw or "").strip()
@@ -76,82 +135,91 @@ def slice_parse(summary: dict, raw: str | None) -> tuple[str, Any] | None:
     )
 
 
-def slice_rows(summary: dict, chosen: tuple[str, Any] | None) -> list[dict[str, Any]]:
-    """The rows the headline table and the load charts draw: the whole experiment's headline rows,
-    or the chosen slice's rows (one per arm x load, in the headline's order, with
-    ``is_baseline`` set and the slice's paired ``deltas``)."""
-    headline = summary.get("headline") or []
-    if chosen is None:
-        return headline
-    dim, value = chosen
-    base = summary.get("baseline_arm")
-    found = {
-        (r.get("arm"), r.get("load")): r
-        for r in summary.get("slices") or []
-        if r.get("dimension") == dim and r.get("value") == value
+def _table_row(stats: HeadlineRow | SliceRow, *, is_baseline: bool) -> TableRow:
+    return {
+        "arm": stats.arm,
+        "load": stats.load,
+        "is_baseline": is_baseline,
+        "n_requests": stats.n_requests,
+        "n_failed": stats.n_failed,
+        "stats": stats,
     }
-    order = [(h.get("arm"), h.get("load")) for h in headline]
+
+
+def slice_rows(summary: Comparison | Mapping[str, Any], chosen: tuple[str, str] | None) -> list[TableRow]:
+    """The rows the headline table and the load charts draw: the whole experiment's headline rows,
+    or the chosen slice's rows (one per arm x load, in the headline's order)."""
+    comparison = _typed(summary)
+    headline = comparison.headline
+    if chosen is None:
+        return [_table_row(h, is_baseline=h.is_baseline) for h in headline]
+    dim, value = chosen
+    found = {(r.arm, r.load): r for r in comparison.slices if r.dimension == dim and r.value == value}
+    order = [(h.arm, h.load) for h in headline]
     order += [k for k in found if k not in order]
-    return [found[k] | {"is_baseline": k[0] == base} for k in order if k in found]
+    return [_table_row(found[k], is_baseline=k[0] == comparison.baseline_arm) for k in order if k in found]
 
 
-def slice_cdf_series(summary: dict, chosen: tuple[str, Any] | None, *, metric: str) -> list[dict[str, Any]]:
+def slice_cdf_series(
+    summary: Comparison | Mapping[str, Any], chosen: tuple[str, str] | None, *, metric: str
+) -> list[CdfLine]:
     """CDF series (``arm``, ``load``, ``x`` seconds, ``y`` share) of ``metric`` for the slice, in
     the format of the whole experiment's ``cdf``."""
+    comparison = _typed(summary)
     if chosen is None:
-        return (summary.get("cdf") or {}).get(metric, [])
+        return [{"arm": s.arm, "load": s.load, "x": list(s.x), "y": list(s.y)} for s in comparison.cdf.of(metric)]
     dim, value = chosen
-    stored = summary.get("slice_cdf") or {}
-    q = stored.get("q") or []
+    q = list(comparison.slice_cdf.q)
     return [
-        {"arm": s["arm"], "load": s["load"], "x": s["x"], "y": q}
-        for s in stored.get("series") or []
-        if s.get("dimension") == dim and s.get("value") == value and s.get("metric") == metric
+        {"arm": s.arm, "load": s.load, "x": list(s.x), "y": q}
+        for s in comparison.slice_cdf.series
+        if s.dimension == dim and s.value == value and s.metric == metric
     ]
 
 
-def class_goodput_rows(summary: dict) -> list[dict[str, Any]]:
+def _class_goodput_delta(row: SliceRow) -> DeltaRow | None:
+    return next((d for d in row.deltas if d.metric == "class_goodput_rps" and d.stat == "mean"), None)
+
+
+def class_goodput_rows(summary: Comparison | Mapping[str, Any]) -> list[ClassGoodputRow]:
     """Per traffic class x load x arm: goodput (requests within the class's deadline per second)
     and, for candidates, the paired ``class_goodput_rps`` comparison with its interval, floor and
     verdict (``delta`` None for the baseline, or a comparison stored without it)."""
-    out = []
-    for r in summary.get("slices") or []:
-        if r.get("dimension") != "traffic_class":
+    comparison = _typed(summary)
+    out: list[ClassGoodputRow] = []
+    for r in comparison.slices:
+        if r.dimension != "traffic_class":
             continue
-        delta = next(
-            (d for d in r.get("deltas") or [] if d.get("metric") == "class_goodput_rps" and d.get("stat") == "mean"),
-            None,
-        )
+        delta = _class_goodput_delta(r)
         out.append(
             {
-                "traffic_class": r.get("value"),
-                "load": r.get("load"),
-                "arm": r.get("arm"),
-                "is_baseline": r.get("arm") == summary.get("baseline_arm"),
-                "goodput_rps": r.get("goodput_rps"),
-                "attainment": r.get("deadline_attainment"),
-                "n_requests": r.get("n_requests"),
-                "delta": delta,
+                "traffic_class": r.value,
+                "load": r.load,
+                "arm": r.arm,
+                "is_baseline": r.arm == comparison.baseline_arm,
+                "goodput_rps": r.goodput_rps,
+                "attainment": r.deadline_attainment,
+                "n_requests": r.n_requests,
+                "delta": None if delta is None else delta.model_dump(mode="json"),
             }
         )
     out.sort(key=lambda row: (str(row["traffic_class"]), str(row["load"]), not row["is_baseline"], str(row["arm"])))
     return out
 
 
-def telemetry_rows(summary: dict) -> list[dict[str, Any]]:
+def telemetry_rows(summary: Comparison | Mapping[str, Any]) -> list[TelemetryRow]:
     """Per arm x load: mean accelerator utilisation (0..1), energy (J) and energy per successful
     request (J), each None when not measured (a CPU run samples no accelerator)."""
-    out = []
-    for h in summary.get("headline") or []:
-        energy, util = h.get("energy_j"), h.get("mean_util")
-        successes = h.get("successes") or 0
+    out: list[TelemetryRow] = []
+    for h in _typed(summary).headline:
+        energy, util = h.energy_j, h.mean_util
         out.append(
             {
-                "arm": h.get("arm"),
-                "load": h.get("load"),
+                "arm": h.arm,
+                "load": h.load,
                 "mean_util": util,
                 "energy_j": energy,
-                "energy_per_success_j": energy / successes if energy is not None and successes else None,
+                "energy_per_success_j": energy / h.successes if energy is not None and h.successes else None,
                 "measured": energy is not None or util is not None,
             }
         )

@@ -35,7 +35,8 @@ from console.analysis.comparison.noise import baseline_stability, noise_floors
 from console.analysis.comparison.paired import paired_stage, primary_holm
 from console.analysis.comparison.quality_stage import correctness_stage, divergence_rows, quality_section
 from console.analysis.comparison.records import records
-from console.analysis.comparison.schema import SCHEMA_VERSION, Endpoints, Summary
+from console.analysis.comparison.rows import Endpoints
+from console.analysis.comparison.schema import SCHEMA_VERSION, comparison_load
 from console.analysis.comparison.spec import (
     HEADLINE_STATS,
     METRIC_COLUMNS,
@@ -51,7 +52,9 @@ from console.analysis.slices import slice_dimensions
 from console.jsonutil import json_safe
 
 HEAVY_COLUMNS = ["chunk_times", "chunk_tokens", "output_token_ids", "output_text", "drafted", "accepted", "spec_totals"]
-RUN_DEFAULTS = (("accelerator_count", 1), ("energy_j", np.nan), ("mean_util", np.nan))
+# A run the caller measured less of: one accelerator, no energy or utilisation sampled, no
+# server counters (each run's row in "runs" carries them).
+RUN_DEFAULTS = (("accelerator_count", 1), ("energy_j", np.nan), ("mean_util", np.nan), ("spec_counters", None))
 
 
 def inference_stages(
@@ -118,8 +121,10 @@ def comparison_compute(
     capacity_requests: pd.DataFrame | None = None,
     capacity_runs: pd.DataFrame | None = None,
     arm_order: Collection[str] | None = None,
-) -> Summary:
-    """The stored comparison of an experiment (see :mod:`.schema` for every field and unit).
+) -> dict[str, Any]:
+    """The stored comparison of an experiment as JSON, validated through
+    :class:`.schema.Comparison` (see there for every field and unit): a stage that builds another
+    shape raises :class:`.schema.ComparisonSchemaError` here.
 
     ``requests`` and ``runs`` follow the contract in ``console.analysis.metrics``. ``deadlines``
     per traffic class (seconds); ``cost_per_hour_usd`` per accelerator-hour;
@@ -201,7 +206,7 @@ def comparison_compute(
         "ci": ci,
         "resampling_unit": "request",
     }
-    return _summary(
+    summary = _summary(
         base_arm=base_arm,
         params=params,
         endpoints=ends,
@@ -219,6 +224,8 @@ def comparison_compute(
         },
         notes=notes,
     )
+    comparison_load(summary)
+    return summary
 
 
 def _slim(derived: pd.DataFrame, runs: pd.DataFrame, *, base_arm: str) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -244,7 +251,7 @@ def _summary(
     runs: pd.DataFrame,
     sections: Mapping[str, Any],
     notes: list[str],
-) -> Summary:
+) -> dict[str, Any]:
     """The stored comparison, its keys in the order the schema lists them."""
     paired = inferred["paired"]
     dims = slice_dimensions(derived)

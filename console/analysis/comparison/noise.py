@@ -23,7 +23,7 @@ import pandas as pd
 
 from console.analysis.comparison.bootstrap import bootstrap_distributions, point_stat
 from console.analysis.comparison.intervals import holm_adjust, paired_delta
-from console.analysis.comparison.schema import BaselineStability, NoiseFloorRow, StabilityTest
+from console.analysis.comparison.rows import BaselineStability, NoiseFloorRow, StabilityTest
 
 UNSTABLE_MESSAGE = "baseline unstable: its repeats differ significantly among themselves; rerun on a quieter host"
 

@@ -20,7 +20,8 @@ import pandas as pd
 from console.analysis.comparison.bootstrap import bootstrap_distributions, point_stat, reportable
 from console.analysis.comparison.intervals import holm_adjust, paired_delta
 from console.analysis.comparison.knee import knee_find
-from console.analysis.comparison.schema import DeltaRow, Endpoints, NoiseFloorRow, Verdict
+from console.analysis.comparison.rows import DeltaRow, Endpoints, NoiseFloorRow
+from console.analysis.comparison.schema import Verdict
 from console.analysis.comparison.spec import (
     HEADLINE_STATS,
     HIGHER_IS_BETTER,

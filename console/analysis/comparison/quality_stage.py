@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from console.analysis.comparison.records import records
-from console.analysis.comparison.schema import Correctness
+from console.analysis.comparison.rows import Correctness
 from console.analysis.grading import correctness_counts, correctness_rates, correctness_regressions
 from console.jsonutil import json_safe
 

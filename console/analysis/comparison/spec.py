@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from console.analysis.comparison.schema import Endpoints
+from console.analysis.comparison.rows import Endpoints
 
 # Paired headline comparisons: metric -> statistics with intervals.
 HEADLINE_STATS: dict[str, tuple[str, ...]] = {
