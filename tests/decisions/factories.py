@@ -163,8 +163,9 @@ ENDPOINTS = {
 
 def summary_passing() -> dict[str, Any]:
     """A comparison summary in ``console.analysis.comparison`` schema version 2 (only the fields
-    the gate reads) on which every gate criterion passes for candidate 'ngram': two loads, two
-    repeats (a noise floor), a stable baseline, complete quality counts."""
+    the gate reads; :func:`summary_make` reads it as the typed summary) on which every gate
+    criterion passes for candidate 'ngram': two loads, two repeats (a noise floor), a stable
+    baseline, complete quality counts."""
     headline, runs, slices, counts, floors = [], [], [], [], []
     for load in ("1x", "4x"):
         for arm, peak in (("baseline", 4 * 2**30), ("ngram", 5 * 2**30)):
@@ -263,9 +264,10 @@ def summary_make(partial: Mapping[str, Any]) -> Summary:
 
 
 def _complete(model: type[BaseModel], data: Mapping[str, Any]) -> dict[str, Any]:
-    out = {name: _filled(model.model_fields[name].annotation, value) if name in model.model_fields else value
-           for name, value in data.items()}
-    for name, field in model.model_fields.items():
+    fields = model.model_fields
+    # A key the model does not know is kept: validation then refuses it (a typo fails loudly).
+    out = {name: _filled(fields[name].annotation, value) if name in fields else value for name, value in data.items()}
+    for name, field in fields.items():
         if name not in out and field.is_required():
             out[name] = _neutral(field.annotation, where=f"{model.__name__}.{name}")
     return out
