@@ -52,6 +52,7 @@ def main() -> None:
         from django.test import Client
 
         from console.accounts.services import user_create
+        from console.analysis.comparison.schema import summary_load
         from console.analysis.models import ComparisonCache
         from console.analysis.services import comparison_refresh
         from console.results.models import RequestResult
@@ -117,9 +118,10 @@ def main() -> None:
             colds.append((time.perf_counter() - t, time.process_time() - c))
             print(f"  cold computation {i + 1}: {colds[-1][0]:.2f} s (CPU {colds[-1][1]:.2f} s)")
         cold, cold_cpu = sorted(colds)[len(colds) // 2]
+        stored = summary_load(summary)
         print(
             f"cold comparison: {cold:.2f} s, CPU {cold_cpu:.2f} s, median of {len(colds)}  (target < 5 s; "
-            f"{len(summary['headline'])} headline rows, {len(summary['slices'])} slice rows, n_boot={args.n_boot})"
+            f"{len(stored.headline)} headline rows, {len(stored.slices)} slice rows, n_boot={args.n_boot})"
         )
 
         user = user_create(username="bench", password="bench-password", role="viewer")

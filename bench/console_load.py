@@ -49,7 +49,7 @@ def _build(n_requests: int, users: int, run_page: bool):
     from django.test import Client
 
     from console.accounts.services import user_create
-    from console.analysis.selectors import comparison_for_experiment
+    from console.analysis.selectors import comparison_summary_for_experiment
     from console.decisions import services as decisions
     from console.experiments.models import Experiment
     from console.results.models import RequestResult
@@ -67,7 +67,7 @@ def _build(n_requests: int, users: int, run_page: bool):
     # (a freshly created instance's Decimal can print differently, and the page would miss).
     experiment = Experiment.objects.get(pk=experiment.pk)
     t = time.perf_counter()
-    summary = comparison_for_experiment(experiment=experiment)
+    summary = comparison_summary_for_experiment(experiment=experiment)
     print(f"comparison computed (and cached) in {time.perf_counter() - t:.1f} s")
 
     engineer = user_create(username="load-engineer", password="load-engineer-pw", role="engineer")

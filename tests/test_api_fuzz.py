@@ -43,10 +43,10 @@ def seeded(engineer, monkeypatch):
     """One of each thing the API reads, so detail operations answer 200 as well as 404."""
     from console.decisions import selectors as decision_selectors
     from tests.decisions.conftest import draft_make
-    from tests.decisions.factories import experiment_make, summary_passing
+    from tests.decisions.factories import experiment_make, summary_make, summary_passing
     from tests.experiments.factories import trace_make
 
-    monkeypatch.setattr(decision_selectors, "decision_comparison", lambda *, experiment: summary_passing())
+    monkeypatch.setattr(decision_selectors, "decision_comparison", lambda *, experiment: summary_make(summary_passing()))
     trace = trace_make(prompts=["a", "b", "c"])
     experiment = experiment_make(created_by=engineer)
     decision = draft_make(experiment=experiment, author=engineer)

@@ -10,6 +10,7 @@ from ninja import Path, Query, Router
 from pydantic import Field, StrictFloat, StrictInt
 
 from console.accounts import roles
+from console.analysis.comparison.schema import ComparisonSchemaError
 from console.apikit import LONG_TEXT, MAX_ID, ApiError, Id, Open, Strict, access, errors, row_or_404, text
 from console.decisions import selectors, services
 from console.decisions.models import Decision
@@ -198,7 +199,9 @@ def decision_item(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-typ
     **access(capability=roles.DRAFT_DECISION),
 )
 def decision_edit(request: HttpRequest, id: Path[Id], payload: DecisionPatchIn):  # type: ignore[valid-type]
-    """Needs permission accounts.draft_decision. 409 once the decision is submitted or signed."""
+    """Needs permission accounts.draft_decision. 409 once the decision is submitted or signed, and
+    while the experiment's stored comparison is of another schema version or shape (the message
+    says to recompute it)."""
     decision = _get(id)
     changes = payload.model_dump(exclude_unset=True, mode="json")
     try:
@@ -208,6 +211,8 @@ def decision_edit(request: HttpRequest, id: Path[Id], payload: DecisionPatchIn):
             changes=changes,
             comparison=selectors.decision_comparison(experiment=decision.experiment),
         )
+    except ComparisonSchemaError as exc:
+        raise ApiError(409, str(exc)) from None
     except services.DecisionError as exc:
         raise ApiError(409 if "only a draft" in str(exc) else 400, str(exc)) from None
     return decision_payload(_get(decision.pk), full=True)

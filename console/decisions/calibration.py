@@ -38,13 +38,30 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar, get_args, get_origin
 
 import numpy as np
 import pandas as pd
 
 from console.analysis.comparison.bootstrap import point_stat
 from console.analysis.comparison.compute import inference_stages
+from console.analysis.comparison.schema import (
+    SCHEMA_VERSION,
+    AcceptanceTables,
+    BaselineStability,
+    Correctness,
+    Endpoints,
+    HeadlineRow,
+    LatencyCdf,
+    NoiseFloorRow,
+    Params,
+    Quality,
+    Record,
+    Sessions,
+    SliceCdf,
+    SliceRow,
+    Summary,
+)
 from console.decisions import gate
 from console.experiments.endpoints import DEFAULT_ENDPOINTS
 
@@ -54,6 +71,7 @@ REQUESTS: tuple[int, ...] = (10, 30, 100, 300)
 EFFECT = 0.2  # mean planted reduction of generation time (fraction)
 NOISE_SD = 0.1  # log-sd of repeat noise when the pool has a single repeat
 TRUTH_DRAWS = 200_000
+R = TypeVar("R", bound=Record)
 TARGETS = {"coverage": 0.93, "false_significant_rate": 0.06, "gate_false_pass_rate": 0.05}
 
 
@@ -181,26 +199,67 @@ def experiment_simulate(pool: Pool, *, n: int, repeats: int, effect: float, rng:
     return pd.concat(parts, ignore_index=True)
 
 
-def _gate_latency(inferred: dict[str, Any]) -> tuple[str, str]:
-    """(latency criterion status, overall gate) for the simulated candidate."""
+def _unmeasured(model: type[R], **given: Any) -> R:
+    """A row of ``model`` holding ``given``, every other field unmeasured: None where the schema
+    allows it, else zero or empty (a simulated experiment counts nothing but its latencies)."""
+    values: dict[str, Any] = {}
+    for name, spec in model.model_fields.items():
+        kind: Any = get_origin(spec.annotation) or spec.annotation  # tuple[X, ...] -> tuple
+        values[name] = None if type(None) in get_args(spec.annotation) else kind()
+    return model.model_validate(values | given)
+
+
+def _gate_summary(inferred: dict[str, Any], *, n_boot: int, seed: int, ci: float) -> Summary:
+    """The simulated experiment as the comparison the gate reads: the inference stages' paired
+    rows, noise floors and baseline stability at one load; no runs, quality or capacity."""
     paired = inferred["paired"]
-    summary = {
-        "schema_version": 2,
-        "baseline_arm": "baseline",
-        "load_order": ["1x"],
-        "endpoints": dict(DEFAULT_ENDPOINTS),
-        "headline": [
-            {"arm": arm, "load": load, "deltas": rows} for (arm, load), rows in paired["headline_deltas"].items()
-        ],
-        "slices": [
-            {"arm": arm, "load": load, "dimension": dim, "value": value, "deltas": rows}
-            for (arm, load, dim, value), rows in paired["slice_deltas"].items()
-        ],
-        "noise_floor": inferred["floors"],
-        "baseline_stability": inferred["stability"],
-        "runs": [],
-        "quality": {"counts": []},
-    }
+    headline = [
+        _unmeasured(HeadlineRow, arm=arm, load=load, is_baseline=arm == "baseline", deltas=rows)
+        for (arm, load), rows in paired["headline_deltas"].items()
+    ]
+    slices = [
+        _unmeasured(SliceRow, arm=arm, load=load, dimension=dim, value=value, deltas=rows)
+        for (arm, load, dim, value), rows in paired["slice_deltas"].items()
+    ]
+    params = Params(
+        deadlines=None, cost_per_hour_usd=0.0, power_price_usd_per_kwh=None, sweeps={}, n_boot=n_boot, seed=seed,
+        ci=ci, resampling_unit="request",
+    )
+    return Summary(
+        schema_version=SCHEMA_VERSION,
+        baseline_arm="baseline",
+        params=params,
+        endpoints=Endpoints.model_validate(DEFAULT_ENDPOINTS),
+        headline=tuple(headline),
+        primary=(),
+        runs=(),
+        spread=(),
+        slices=tuple(slices),
+        slice_dimensions=tuple(sorted({sl.dimension for sl in slices})),
+        slice_cdf=SliceCdf(q=(), series=()),
+        cdf=LatencyCdf(ttft_s=(), tpot_s=(), e2e_s=()),
+        acceptance=_unmeasured(AcceptanceTables),
+        speculation=(),
+        kv=(),
+        sessions=Sessions(by_arm_load=(), by_turn=()),
+        quality=_unmeasured(Quality),
+        correctness=_unmeasured(Correctness),
+        cost_basis="busy_time",
+        capacity=None,
+        noise_floor=tuple(NoiseFloorRow.model_validate(f) for f in inferred["floors"]),
+        baseline_stability=BaselineStability.model_validate(inferred["stability"]),
+        knees=(),
+        notes=tuple(inferred["notes"]),
+        arm_order=("baseline", "candidate"),
+        load_order=("1x",),
+        load_weights={},
+        key="",
+    )
+
+
+def _gate_latency(inferred: dict[str, Any], *, n_boot: int, seed: int, ci: float) -> tuple[str, str]:
+    """(latency criterion status, overall gate) for the simulated candidate."""
+    summary = _gate_summary(inferred, n_boot=n_boot, seed=seed, ci=ci)
     facts = gate.gate_facts_from_summary(summary, candidate_arm="candidate", traffic_class=DEFAULT_ENDPOINTS["promised_class"])
     result = gate.gate_evaluate(facts, None, traffic_class=DEFAULT_ENDPOINTS["promised_class"])
     latency = next(c for c in result["criteria"] if c["key"] == "latency_benefit")
@@ -216,6 +275,7 @@ def scenario_run(
     tallies = {k: {"measured": 0, "covered": 0, "significant": 0} for k in METRICS}
     gate_pass = 0
     for s in range(sims):
+        sim_seed = seed * 7919 + s
         derived = experiment_simulate(pool, n=n, repeats=repeats, effect=effect, rng=rng)
         inferred = inference_stages(
             derived,
@@ -223,7 +283,7 @@ def scenario_run(
             endpoints=dict(DEFAULT_ENDPOINTS),  # type: ignore[arg-type]
             sweeps=None,
             n_boot=n_boot,
-            seed=seed * 7919 + s,
+            seed=sim_seed,
             ci=0.95,
         )
         rows = {(d["metric"], d["stat"]): d for d in inferred["paired"]["headline_deltas"].get(("candidate", "1x"), [])}
@@ -238,7 +298,7 @@ def scenario_run(
                 t["significant"] += not (d["delta_lo"] <= 0 <= d["delta_hi"])
             else:  # significant on the wrong side: the candidate is faster, so "worse" is false
                 t["significant"] += d["delta_lo"] > 0
-        latency, _overall = _gate_latency(inferred)
+        latency, _overall = _gate_latency(inferred, n_boot=n_boot, seed=sim_seed, ci=0.95)
         gate_pass += latency == "pass"
     name = f"{'aa' if effect == 0 else 'effect'}-r{repeats}-n{n}"
     out = []

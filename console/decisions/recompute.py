@@ -6,16 +6,14 @@ the prefilled checklist always match the evidence and the settings the draft hol
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from console.analysis.comparison.schema import Summary
 from console.analysis.selectors import experiment_fit_assessment
 from console.decisions import checklist, gate, selectors
 from console.decisions.models import Decision
 from console.jsonutil import json_safe
 
 
-def decision_recompute(*, decision: Decision, comparison: Mapping[str, Any] | None) -> None:
+def decision_recompute(*, decision: Decision, comparison: Summary | None) -> None:
     """Refresh the computed parts of a draft in place (the caller saves it): the gate (facts from
     ``comparison`` when given, else the stored facts, re-evaluated with the current settings) and
     the checklist (prefilled from the evidence, the user's answers kept)."""
@@ -30,7 +28,7 @@ def decision_recompute(*, decision: Decision, comparison: Mapping[str, Any] | No
             exact_expected=decision.experiment.sampling == "greedy",
             capacity_bytes=gate.memory_capacity_from_hardware(list(hardware)),
         )
-        decision.comparison_key = str(comparison.get("key") or "")[:64]
+        decision.comparison_key = comparison.key[:64]
     else:
         facts = (decision.gate or {}).get("facts") or {}
         if facts.get("candidate_arm") != label:

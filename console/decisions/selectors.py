@@ -9,7 +9,8 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from console.analysis.selectors import comparison_for_experiment
+from console.analysis.comparison.schema import Summary
+from console.analysis.selectors import comparison_summary_for_experiment
 from console.decisions import archive
 from console.decisions.models import ArchiveRecord, AuditEvent, Decision
 from console.experiments.models import Arm, Experiment
@@ -17,11 +18,12 @@ from console.jsonutil import json_safe
 from workers.engines.redaction import config_redact, document_redact
 
 
-def decision_comparison(*, experiment: Experiment) -> dict[str, Any] | None:
-    """The comparison summary of ``experiment`` from ``console.analysis``, or None when the
-    analysis has nothing to compare."""
-    summary = comparison_for_experiment(experiment=experiment)
-    return dict(summary) if summary else None
+def decision_comparison(*, experiment: Experiment) -> Summary | None:
+    """The typed comparison summary of ``experiment`` from ``console.analysis``, or None when the
+    analysis has nothing to compare. Raises ``ComparisonSchemaError`` (its message says to
+    recompute it) for one stored in another schema version or shape: a gate is never computed
+    from a comparison this console cannot read."""
+    return comparison_summary_for_experiment(experiment=experiment)
 
 
 def decisions_list(

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from console.accounts import roles
 from console.accounts.services import user_role
+from console.analysis.comparison.schema import Summary
 from console.decisions import checklist, gate, selectors
 from console.decisions.archiving import archive_record_append
 from console.decisions.limits import decision_text_problems
@@ -135,7 +136,7 @@ def decision_create(
     policy_ref: str = "",
     gate_settings: dict | None = None,
     supersedes: Decision | None = None,
-    comparison: Mapping[str, Any] | None = None,
+    comparison: Summary | None = None,
 ) -> Decision:
     """Draft a decision from ``experiment``; the gate is computed from ``comparison`` (the
     analysis summary; None = not measured yet) and the rollback plan pre-filled with the
@@ -181,7 +182,7 @@ def decision_create(
 
 @transaction.atomic
 def decision_update(
-    *, decision: Decision, actor: Any, changes: Mapping[str, Any], comparison: Mapping[str, Any] | None = None
+    *, decision: Decision, actor: Any, changes: Mapping[str, Any], comparison: Summary | None = None
 ) -> Decision:
     """Edit a draft (fields in ``EDITABLE_FIELDS``); recomputes the gate and checklist."""
     _require(actor, roles.DRAFT_DECISION)

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from console.accounts import roles
 from console.accounts.access import capability_required
+from console.analysis.comparison.schema import ComparisonSchemaError
 from console.decisions import export, pdf, selectors, services
 from console.decisions.forms import ArchiveFilterForm, DecisionCreateForm, DecisionEditForm, SignOffForm
 from console.decisions.models import Decision, FrozenDecisionError
@@ -100,7 +101,7 @@ def decision_new(request: HttpRequest):
                     supersedes=data.get("supersedes"),
                     comparison=selectors.decision_comparison(experiment=data["experiment"]),
                 )
-            except services.DecisionError as exc:
+            except (services.DecisionError, ComparisonSchemaError) as exc:
                 form.add_error(None, str(exc))
             else:
                 messages.success(request, "Draft created: the gate is computed from the comparison.")
@@ -182,7 +183,7 @@ def decision_edit(request: HttpRequest, pk: int):
                     changes=form.changes(),
                     comparison=selectors.decision_comparison(experiment=decision.experiment),
                 )
-            except services.DecisionError as exc:
+            except (services.DecisionError, ComparisonSchemaError) as exc:
                 form.add_error(None, str(exc))
             except FrozenDecisionError as exc:
                 messages.error(request, str(exc))

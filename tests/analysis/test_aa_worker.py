@@ -27,6 +27,7 @@ def _prompts(shared_data, n):
 
 
 def test_it_finds_no_difference_and_does_not_pass_an_a_a_experiment(celery_worker_proc, shared_data, engineer):
+    from console.analysis.comparison.schema import summary_load
     from console.analysis.selectors import comparison_for_experiment, comparison_state
     from console.decisions import gate
     from workers.catalog.resolve import model_fetch
@@ -67,7 +68,7 @@ def test_it_finds_no_difference_and_does_not_pass_an_a_a_experiment(celery_worke
     # 7% on p50 TPOT with the machine shared), which reads "worse" and blocks the gate too.
     assert primary[0]["verdict"] in ("not distinguishable", "worse"), primary[0]
     assert primary[0]["noise_floor"] is not None
-    facts = gate.gate_facts_from_summary(summary, candidate_arm="baseline again", traffic_class="interactive", exact_expected=True)
+    facts = gate.gate_facts_from_summary(summary_load(summary), candidate_arm="baseline again", traffic_class="interactive", exact_expected=True)
     result = gate.gate_evaluate(facts, None, traffic_class="interactive")
     assert result["overall"] != "pass"
     statuses = {c["key"]: c["status"] for c in result["criteria"]}

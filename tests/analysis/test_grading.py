@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from console.analysis.comparison import comparison_compute
+from console.analysis.comparison.schema import comparison_load
 from console.analysis.grading import (
     correctness_flags,
     extract_code,
@@ -190,7 +191,7 @@ def test_it_reports_correctness_and_regressions_and_fails_the_gate(gsm8k, humane
     # Success now needs the right answer.
     head = {h["arm"]: h for h in summary["headline"]}
     assert head["k2"]["success_mean"] < head["base"]["success_mean"]
-    facts = gate_facts_from_summary(summary, candidate_arm="k2", traffic_class="interactive")
+    facts = gate_facts_from_summary(comparison_load(summary), candidate_arm="k2", traffic_class="interactive")
     verdict = criterion_quality(facts, gate_settings_resolve(None))
     assert verdict["status"] == "fail"
     assert "math correct" in verdict["summary"] and "code correct" in verdict["summary"]
@@ -202,7 +203,7 @@ def test_it_passes_the_gate_when_the_candidate_answers_alike(gsm8k, humaneval):
         requests, runs, deadlines=DEADLINES, cost_per_hour_usd=2.0, n_boot=100, seed=0, references=references
     )
     assert summary["correctness"]["n_regressions"] == 0
-    facts = gate_facts_from_summary(summary, candidate_arm="k2", traffic_class="interactive")
+    facts = gate_facts_from_summary(comparison_load(summary), candidate_arm="k2", traffic_class="interactive")
     checks = [c for c in facts["quality"]["checks"] if c["check"] == "correct"]
     assert checks and all(c["regressions"] == 0 for c in checks)
     assert criterion_quality(facts, gate_settings_resolve(None))["status"] == "pass"

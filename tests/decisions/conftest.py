@@ -4,7 +4,7 @@ import pytest
 
 from console.decisions import services
 from console.decisions.models import Decision
-from tests.decisions.factories import experiment_make, summary_passing
+from tests.decisions.factories import experiment_make, summary_make, summary_passing
 
 ENGINEER_ANSWERS = {
     "production_traces": {"answer": "yes", "note": "last Tuesday's interactive traffic"},
@@ -32,7 +32,7 @@ def draft_make(*, experiment, author, summary=None, proposal="enable", **kwargs)
         proposal=proposal,
         candidate_arm=experiment.arms.get(label="ngram") if proposal != "keep_off" else None,
         traffic_class="interactive",
-        comparison=summary_passing() if summary is None else summary,
+        comparison=summary_make(summary_passing() if summary is None else summary),
         **kwargs,
     )
 

@@ -1,12 +1,19 @@
 """Small factories: an experiment with a trace (two requests), a baseline and an n-gram arm,
-runs with versions and hardware; and synthetic comparison summaries for the gate."""
+runs with versions and hardware; and synthetic comparison summaries for the gate: built as the
+dicts the tests edit (only the fields the gate reads), read as the typed summary the gate takes
+through :func:`summary_make`."""
 
 from __future__ import annotations
 
 import hashlib
 import itertools
-from typing import Any
+import types
+from collections.abc import Mapping
+from typing import Any, Literal, Union, get_args, get_origin
 
+from pydantic import BaseModel
+
+from console.analysis.comparison.schema import Summary, summary_load
 from console.experiments.models import Arm, Experiment, Run, ServingConfig
 from console.traces.models import Trace, TraceRequest
 
@@ -156,8 +163,9 @@ ENDPOINTS = {
 
 def summary_passing() -> dict[str, Any]:
     """A comparison summary in ``console.analysis.comparison`` schema version 2 (only the fields
-    the gate reads) on which every gate criterion passes for candidate 'ngram': two loads, two
-    repeats (a noise floor), a stable baseline, complete quality counts."""
+    the gate reads; :func:`summary_make` reads it as the typed summary) on which every gate
+    criterion passes for candidate 'ngram': two loads, two repeats (a noise floor), a stable
+    baseline, complete quality counts."""
     headline, runs, slices, counts, floors = [], [], [], [], []
     for load in ("1x", "4x"):
         for arm, peak in (("baseline", 4 * 2**30), ("ngram", 5 * 2**30)):
@@ -241,3 +249,64 @@ def quality_edit(summary: dict[str, Any], *, task: str, check: str, load: str = 
 
 def regression(task: str, checks: str, *, arm: str = "ngram", load: str = "1x") -> dict[str, Any]:
     return {"arm": arm, "load": load, "request_id": f"{task}-1", "repeat": 0, "task": task, "checks": checks}
+
+
+# --- the hand-built dicts as the typed summary -----------------------------------------------
+
+
+def summary_make(partial: Mapping[str, Any]) -> Summary:
+    """``partial`` (a hand-built summary naming only what a test is about) as the typed summary:
+    every field it leaves out, at any depth, gets a neutral value (None where the schema allows
+    it, else 0, "", False, empty), so what the gate reads is what the test wrote. A field that
+    can only be one of several named values (a verdict, ``cost_basis``) has no neutral value: the
+    test must say it. ``partial`` is not changed."""
+    return summary_load(_complete(Summary, partial))
+
+
+def _complete(model: type[BaseModel], data: Mapping[str, Any]) -> dict[str, Any]:
+    fields = model.model_fields
+    # A key the model does not know is kept: validation then refuses it (a typo fails loudly).
+    out = {name: _filled(fields[name].annotation, value) if name in fields else value for name, value in data.items()}
+    for name, field in fields.items():
+        if name not in out and field.is_required():
+            out[name] = _neutral(field.annotation, where=f"{model.__name__}.{name}")
+    return out
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+def _filled(annotation: Any, value: Any) -> Any:
+    """``value`` with the records inside it completed (a record, an optional one, a tuple of them)."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return value if value is None or len(inner) != 1 else _filled(inner[0], value)
+    if (model := _model_in(annotation)) and isinstance(value, Mapping):
+        return _complete(model, value)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis and isinstance(value, list | tuple):
+        return [_filled(args[0], v) for v in value]
+    return value
+
+
+def _neutral(annotation: Any, *, where: str) -> Any:
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (Union, types.UnionType) and type(None) in args:
+        return None
+    if origin is tuple:
+        return []
+    if origin is dict:
+        return {}
+    if origin is Literal:
+        if len(args) == 1:
+            return args[0]
+        raise ValueError(f"{where}: no neutral value among {args}: give it")
+    if model := _model_in(annotation):
+        return _complete(model, {})
+    neutral = {bool: False, int: 0, float: 0.0, str: ""}
+    if annotation in neutral:
+        return neutral[annotation]
+    raise ValueError(f"{where}: no neutral value for {annotation!r}")

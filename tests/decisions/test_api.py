@@ -12,9 +12,9 @@ from console.decisions.models import Decision
 @pytest.fixture(autouse=True)
 def comparison(monkeypatch):
     from console.decisions import selectors
-    from tests.decisions.factories import summary_passing
+    from tests.decisions.factories import summary_make, summary_passing
 
-    monkeypatch.setattr(selectors, "decision_comparison", lambda *, experiment: summary_passing())
+    monkeypatch.setattr(selectors, "decision_comparison", lambda *, experiment: summary_make(summary_passing()))
 
 
 def post_json(client, url, body, headers, method="post"):

@@ -8,14 +8,14 @@ import copy
 import pytest
 
 from console.decisions import gate
-from tests.decisions.factories import quality_edit, regression, summary_passing
+from tests.decisions.factories import quality_edit, regression, summary_make, summary_passing
 
 GIB = 2**30
 
 
 def evaluate(summary, settings=None, traffic_class="interactive", exact_expected=True, capacity=16 * GIB):
     facts = gate.gate_facts_from_summary(
-        summary,
+        None if summary is None else summary_make(summary),
         candidate_arm="ngram",
         traffic_class=traffic_class,
         exact_expected=exact_expected,
@@ -59,7 +59,7 @@ def test_it_passes_every_criterion_on_a_clear_win():
 
 def test_it_computes_successes_per_accelerator_hour_with_a_welch_interval():
     facts = gate.gate_facts_from_summary(
-        summary_passing(), candidate_arm="ngram", traffic_class="interactive"
+        summary_make(summary_passing()), candidate_arm="ngram", traffic_class="interactive"
     )
     row = next(r for r in facts["comparisons"] if r["metric"] == "successes_per_accelerator_hour")
     assert (row["base"], row["cand"], row["delta"]) == (102.0, 132.0, 30.0)
@@ -133,9 +133,13 @@ def test_it_does_not_measure_the_improvement_at_a_load_in_scope_without_runs():
 
 
 def test_it_does_not_measure_the_improvement_without_busy_time():
-    s = summary_passing()
-    del s["cost_basis"]  # a comparison from before busy time: hours were the replay window
-    c = evaluate(s)[1]["task_improvement"]
+    # A comparison from before busy time (hours were the replay window) no longer loads as a
+    # summary; what still reaches the gate is the facts a decision stored from one.
+    facts = gate.gate_facts_from_summary(summary_make(summary_passing()), candidate_arm="ngram",
+                                         traffic_class="interactive", exact_expected=True, capacity_bytes=16 * GIB)
+    facts["cost_basis"] = None
+    result = gate.gate_evaluate(facts, None, traffic_class="interactive")
+    c = {c["key"]: c for c in result["criteria"]}["task_improvement"]
     assert c["status"] == "not_measured" and "no busy time" in c["summary"]
     s = summary_passing()
     for r in s["runs"]:
@@ -426,7 +430,7 @@ def test_it_judges_a_slice_proposal_on_the_policy_holdout():
                     "lost_successes": 0, "regressions": 0},
         "overfitting": {"policy": False, "rules": [], "reasons": []},
     }
-    facts = gate.gate_facts_from_summary(summary_passing(), candidate_arm="ngram", traffic_class="interactive",
+    facts = gate.gate_facts_from_summary(summary_make(summary_passing()), candidate_arm="ngram", traffic_class="interactive",
                                          exact_expected=True, capacity_bytes=16 * GIB)
     result = gate.gate_evaluate(facts, None, traffic_class="interactive", proposal="enable_for_slice", policy=policy)
     keys = [c["key"] for c in result["criteria"]]
@@ -481,7 +485,7 @@ def test_it_refuses_to_pass_a_candidate_whose_server_did_not_speculate():
 
 def test_it_refuses_a_slice_policy_on_a_candidate_that_did_not_speculate():
     s = _not_speculating(summary_passing())
-    facts = gate.gate_facts_from_summary(s, candidate_arm="ngram", traffic_class="interactive")
+    facts = gate.gate_facts_from_summary(summary_make(s), candidate_arm="ngram", traffic_class="interactive")
     policy = {  # a holdout that passes on its own
         "holdout": {"n_requests": 50, "share_on": 0.4, "policy": {"n": 50, "benefit": 0.02, "lo": 0.01, "hi": 0.03},
                     "lost_successes": 0, "regressions": 0},
@@ -564,7 +568,7 @@ def test_it_answers_the_checklists_memory_question_from_kv_figures_on_vllm():
     from console.decisions.checklist import checklist_prefill
 
     def memory_item(summary):
-        facts = gate.gate_facts_from_summary(summary, candidate_arm="ngram", traffic_class="interactive")
+        facts = gate.gate_facts_from_summary(summary_make(summary), candidate_arm="ngram", traffic_class="interactive")
         return next(i for i in checklist_prefill({"facts": facts}) if i["key"] == "memory_impact")
 
     item = memory_item(kv_summary(base_preempt=[2, 3], cand_preempt=[2, 3]))

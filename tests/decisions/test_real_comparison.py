@@ -39,3 +39,39 @@ def test_it_drafts_from_a_real_comparison_and_measures_the_gate(engineer_client)
     assert items["quality_results"] == "no"
     page = engineer_client.get(f"/decisions/{decision.pk}/")
     assert f'href="/analysis/experiments/{experiment.pk}/"'.encode() in page.content
+
+
+def test_it_refuses_to_draft_from_a_comparison_it_cannot_read(engineer_client, experiment):
+    from console.analysis.models import ComparisonCache
+
+    ComparisonCache.objects.create(experiment=experiment, key="old", data={"schema_version": 1, "headline": []})
+    response = engineer_client.post(
+        "/decisions/new/",
+        {
+            "experiment": experiment.pk,
+            "proposal": "enable",
+            "candidate_arm": experiment.arms.get(label="ngram").pk,
+            "traffic_class": "interactive",
+        },
+    )
+    assert response.status_code == 200
+    assert b"comparison stored with schema version 1" in response.content and b"recompute it" in response.content
+    assert not Decision.objects.exists()
+
+
+def test_the_api_answers_409_when_the_stored_comparison_cannot_be_read(client, draft, engineer, api_token_for):
+    import json
+
+    from console.analysis.models import ComparisonCache
+
+    ComparisonCache.objects.create(experiment=draft.experiment, key="old", data={"schema_version": 1})
+    response = client.patch(
+        f"/api/decisions/{draft.pk}",
+        data=json.dumps({"rationale": "p95 TPOT down"}),
+        content_type="application/json",
+        **api_token_for(engineer),
+    )
+    assert response.status_code == 409
+    assert "recompute it" in response.json()["error"]
+    draft.refresh_from_db()
+    assert draft.rationale == ""

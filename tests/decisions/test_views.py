@@ -14,9 +14,9 @@ from tests.decisions.conftest import ENGINEER_ANSWERS
 def comparison(monkeypatch):
     """The analysis app's comparison, stubbed at the one seam the views read it through."""
     from console.decisions import selectors
-    from tests.decisions.factories import summary_passing
+    from tests.decisions.factories import summary_make, summary_passing
 
-    monkeypatch.setattr(selectors, "decision_comparison", lambda *, experiment: summary_passing())
+    monkeypatch.setattr(selectors, "decision_comparison", lambda *, experiment: summary_make(summary_passing()))
 
 
 def test_it_drafts_a_decision_from_the_form(engineer_client, experiment):

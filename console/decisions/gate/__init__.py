@@ -1,7 +1,8 @@
 """The release gate: five criteria computed from the comparison, never typed in.
 
-Pure functions over plain dicts; no Django. Each criterion returns
-``{"key", "title", "status" ("pass" | "fail" | "not_measured"), "summary", "numbers", "evidence",
+Pure functions; no Django. The facts are read from the typed comparison
+(``console.analysis.comparison.schema.Summary``), then every criterion reads plain facts and
+returns ``{"key", "title", "status" ("pass" | "fail" | "not_measured"), "summary", "numbers", "evidence",
 "notes"}``; ``numbers`` is a list of ``{"label", "value", "unit"}`` rows (the figures behind the
 verdict), ``evidence`` a list of ``{"label", "anchor"}`` (a section of the comparison page).
 
@@ -21,8 +22,9 @@ baseline whose repeats disagree. ``not_measured`` never becomes ``pass``: the ov
 
 Facts (the gate's only input besides its settings)
 --------------------------------------------------
-``gate_facts_from_summary`` is the one place that reads the comparison (schema
-``console.analysis.comparison.schema``, version 2); every criterion reads only these facts:
+``gate_facts_from_summary`` is the one place that reads the comparison (the typed ``Summary`` of
+``console.analysis.comparison.schema``, version 2); every criterion reads only these facts, the
+gate's own JSON, stored with its result and re-evaluated without the comparison:
 
 - ``baseline_arm``, ``candidate_arm``, ``loads`` (labels in the experiment's order),
   ``endpoints`` (declared before the run: promised class, primary latency metric and statistic,
@@ -41,7 +43,7 @@ Facts (the gate's only input besides its settings)
   (``stable`` True / False / None, ``message``).
 - ``quality``: None when no check applied, else ``{"exact_expected", "checks": [{"slice" (task),
   "load", "check", "n", "regressions", "improvements", "mcnemar_p", "baseline_flip_rate"}]}``
-  (complete counts, never a truncated list). Graded correctness (``summary["correctness"]``,
+  (complete counts, never a truncated list). Graded correctness (the comparison's ``correctness``,
   check ``"correct"``: baseline right, candidate wrong) joins these checks.
 - ``headline`` (point estimates frozen into the evidence), ``acceptance_rate_min``, ``memory``,
   ``stats_reported``, ``acceptance_by_task`` (read by the checklist).

@@ -1,6 +1,9 @@
-"""The one adapter over the comparison summary: :func:`gate_facts_from_summary` reads schema
-version 2 (``console.analysis.comparison.schema``) into the facts every criterion reads (see the
-package docstring for their keys); :func:`memory_capacity_from_hardware` reads run hardware."""
+"""The one adapter over the comparison: :func:`gate_facts_from_summary` reads the typed summary
+(``console.analysis.comparison.schema``, version 2) into the facts every criterion reads (see the
+package docstring for their keys); :func:`memory_capacity_from_hardware` reads run hardware.
+
+The facts are the gate's own JSON, persisted with its result: a criterion re-evaluates stored
+facts without the comparison, so their keys and shapes stay as they are whatever the schema's."""
 
 from __future__ import annotations
 
@@ -10,6 +13,15 @@ from typing import Any
 
 from scipy import stats as sps
 
+from console.analysis.comparison.schema import (
+    Capacity,
+    Comparison,
+    DeltaRow,
+    HeadlineRow,
+    KvRow,
+    RunRow,
+    Summary,
+)
 from console.decisions.gate.common import finite, ratio_from_delta
 
 HEADLINE_FIELDS: tuple[str, ...] = (
@@ -54,142 +66,134 @@ ROW_KEYS: tuple[str, ...] = (
 
 
 def gate_facts_from_summary(
-    summary: Mapping[str, Any] | None,
+    summary: Comparison | None,
     *,
     candidate_arm: str | None,
     traffic_class: str,
     exact_expected: bool = False,
     capacity_bytes: float | None = None,
 ) -> dict[str, Any]:
-    """Facts for candidate ``candidate_arm`` from a comparison summary (schema version 2). The
-    one function that knows that schema; see the package docstring for what it returns."""
-    summary = summary or {}
-    baseline = summary.get("baseline_arm")
-    headline = [h for h in summary.get("headline") or [] if isinstance(h, Mapping)]
-    facts = _arm_free_facts(summary, headline, candidate_arm=candidate_arm)
-    if not candidate_arm:
+    """Facts for candidate ``candidate_arm`` from a comparison: the stored :class:`Summary`, or
+    a :class:`Comparison` as computed (no load order or load weights then). The one function
+    that reads the comparison for the gate; see the package docstring for what it returns."""
+    facts = _arm_free_facts(summary, candidate_arm=candidate_arm)
+    if summary is None or not candidate_arm:
         return facts
-    facts["capacity"] = _capacity_facts(summary, candidate_arm=candidate_arm, baseline_arm=baseline)
+    baseline = summary.baseline_arm
+    headline = summary.headline
+    facts["capacity"] = _capacity_facts(summary.capacity, candidate_arm=candidate_arm, baseline_arm=baseline)
     facts["not_speculating"] = [
-        str(row.get("reason") or f"server did not speculate at load {row.get('load')}")
-        for row in summary.get("speculation") or []
-        if isinstance(row, Mapping) and row.get("arm") == candidate_arm and row.get("did_not_speculate")
+        str(row.reason or f"server did not speculate at load {row.load}")
+        for row in summary.speculation
+        if row.arm == candidate_arm and row.did_not_speculate
     ]
-    facts["comparisons"] = _comparisons(summary, headline, candidate_arm=candidate_arm, baseline_arm=baseline)
+    facts["comparisons"] = _comparisons(summary, candidate_arm=candidate_arm, baseline_arm=baseline)
     facts["quality"] = _quality_facts(summary, candidate_arm=candidate_arm, exact_expected=exact_expected)
     facts["headline"] = [
-        {"arm": h.get("arm"), "load": h.get("load")} | {k: h.get(k) for k in HEADLINE_FIELDS}
+        {"arm": h.arm, "load": h.load} | {k: getattr(h, k) for k in HEADLINE_FIELDS}
         for h in headline
-        if h.get("arm") in (candidate_arm, baseline)
+        if h.arm in (candidate_arm, baseline)
     ]
-    rates = [
-        float(h["acceptance_rate"])
-        for h in headline
-        if h.get("arm") == candidate_arm and finite(h.get("acceptance_rate"))
-    ]
+    rates = [h.acceptance_rate for h in headline if h.arm == candidate_arm and finite(h.acceptance_rate)]
     facts["acceptance_rate_min"] = min(rates) if rates else None
     facts["memory"] = _memory_facts(
         headline, candidate_arm=candidate_arm, baseline_arm=baseline, capacity_bytes=capacity_bytes
     )
-    facts["kv"] = _kv_facts(summary.get("kv") or [], candidate_arm=candidate_arm, baseline_arm=baseline)
+    facts["kv"] = _kv_facts(summary.kv, candidate_arm=candidate_arm, baseline_arm=baseline)
     return facts
 
 
-def _arm_free_facts(
-    summary: Mapping[str, Any], headline: list[Mapping[str, Any]], *, candidate_arm: str | None
-) -> dict[str, Any]:
+def _arm_free_facts(summary: Comparison | None, *, candidate_arm: str | None) -> dict[str, Any]:
     """Every fact key, filled with what does not depend on the candidate (loads, endpoints, noise
-    floor, baseline stability, cost basis, load weights); the candidate's keys empty."""
-    baseline = summary.get("baseline_arm")
-    loads = [str(x) for x in summary.get("load_order") or []]
-    for h in headline:
-        if str(h.get("load")) not in loads:
-            loads.append(str(h.get("load")))
+    floor, baseline stability, cost basis, load weights); the candidate's keys empty. Without a
+    comparison every fact is empty (None, [] or {})."""
+    stored = summary if isinstance(summary, Summary) else None
+    loads = [str(x) for x in stored.load_order] if stored else []
     stats: set[str] = set()
-    for h in headline:
-        stats |= {str(d.get("stat")) for d in h.get("deltas") or [] if d.get("measured")}
-    acceptance = summary.get("acceptance") or {}
-    floors = summary.get("noise_floor") or []
-    stability = summary.get("baseline_stability") or {}
+    for h in summary.headline if summary else ():
+        if h.load not in loads:
+            loads.append(h.load)
+        stats |= {d.stat for d in h.deltas if d.measured}
+    stability = summary.baseline_stability if summary else None
     return {
-        "schema_version": summary.get("schema_version"),
-        "baseline_arm": baseline,
+        "schema_version": summary.schema_version if summary else None,
+        "baseline_arm": summary.baseline_arm if summary else None,
         "candidate_arm": candidate_arm,
         "loads": loads,
-        "endpoints": dict(summary.get("endpoints") or {}),
+        "endpoints": summary.endpoints.model_dump(mode="json") if summary else {},
         "comparisons": [],
-        "has_noise_floor": any(int(f.get("n_repeat_pairs") or 0) > 0 for f in floors),
-        "baseline_stability": {"stable": stability.get("stable"), "message": stability.get("message")},
+        "has_noise_floor": any(f.n_repeat_pairs > 0 for f in summary.noise_floor) if summary else False,
+        "baseline_stability": {
+            "stable": stability.stable if stability else None,
+            "message": stability.message if stability else None,
+        },
         "quality": None,
         "memory": None,
         "stats_reported": sorted(stats),
-        "acceptance_by_task": bool(acceptance.get("by_task")) if isinstance(acceptance, Mapping) else False,
+        "acceptance_by_task": bool(summary.acceptance.by_task) if summary else False,
         "notes": [],
         "headline": [],
         "acceptance_rate_min": None,
         "not_speculating": [],
         "kv": [],
-        "cost_basis": summary.get("cost_basis"),
-        "load_weights": dict(summary.get("load_weights") or {}),
+        "cost_basis": summary.cost_basis if summary else None,
+        "load_weights": dict(stored.load_weights) if stored else {},
         "capacity": None,
     }
 
 
 def _capacity_facts(
-    summary: Mapping[str, Any], *, candidate_arm: str, baseline_arm: str | None
+    capacity: Capacity | None, *, candidate_arm: str, baseline_arm: str
 ) -> dict[str, Any] | None:
-    """``{"slo", "candidate", "baseline"}`` from the summary's ``capacity`` section (None without one)."""
-    capacity = summary.get("capacity")
-    if not isinstance(capacity, Mapping):
+    """``{"slo", "candidate", "baseline"}`` from the comparison's ``capacity`` section, each as
+    stored (None without a search; an arm None without a row)."""
+    if capacity is None:
         return None
-    by_arm = {a.get("arm"): a for a in capacity.get("arms") or [] if isinstance(a, Mapping)}
+    by_arm = {a.arm: a.model_dump(mode="json") for a in capacity.arms}
     return {
-        "slo": capacity.get("slo"),
+        "slo": capacity.slo.model_dump(mode="json"),
         "candidate": by_arm.get(candidate_arm),
         "baseline": by_arm.get(baseline_arm),
     }
 
 
-def _comparisons(
-    summary: Mapping[str, Any],
-    headline: list[Mapping[str, Any]],
-    *,
-    candidate_arm: str,
-    baseline_arm: str | None,
-) -> list[dict[str, Any]]:
+def _row_facts(delta: DeltaRow, *, load: str, traffic_class: str | None) -> dict[str, Any]:
+    return {k: getattr(delta, k) for k in ROW_KEYS} | {"load": load, "traffic_class": traffic_class}
+
+
+def _comparisons(summary: Comparison, *, candidate_arm: str, baseline_arm: str) -> list[dict[str, Any]]:
     """The candidate's paired rows: per load (``traffic_class`` None), per traffic-class slice,
     then successes per accelerator-hour from the runs."""
-    comparisons: list[dict[str, Any]] = []
-    for h in headline:
-        if h.get("arm") != candidate_arm:
-            continue
-        for d in h.get("deltas") or []:
-            comparisons.append({k: d.get(k) for k in ROW_KEYS} | {"load": str(h["load"]), "traffic_class": None})
-    for r in summary.get("slices") or []:
-        if r.get("arm") != candidate_arm or r.get("dimension") != "traffic_class":
-            continue
-        for d in r.get("deltas") or []:
-            comparisons.append(
-                {k: d.get(k) for k in ROW_KEYS} | {"load": str(r.get("load")), "traffic_class": r.get("value")}
-            )
-    comparisons += _per_run_rows(summary.get("runs") or [], candidate_arm=candidate_arm, baseline_arm=baseline_arm)
+    comparisons = [
+        _row_facts(d, load=h.load, traffic_class=None)
+        for h in summary.headline
+        if h.arm == candidate_arm
+        for d in h.deltas
+    ]
+    comparisons += [
+        _row_facts(d, load=r.load, traffic_class=r.value)
+        for r in summary.slices
+        if r.arm == candidate_arm and r.dimension == "traffic_class"
+        for d in r.deltas
+    ]
+    comparisons += _per_run_rows(summary.runs, candidate_arm=candidate_arm, baseline_arm=baseline_arm)
     return comparisons
 
 
 def _memory_facts(
-    headline: list[Mapping[str, Any]],
+    headline: Iterable[HeadlineRow],
     *,
     candidate_arm: str,
-    baseline_arm: str | None,
+    baseline_arm: str,
     capacity_bytes: float | None,
 ) -> dict[str, Any] | None:
     """Each arm's largest peak memory over the loads (bytes) and the capacity; None when the
     candidate recorded no peak."""
     peaks: dict[str, list[float]] = {"baseline": [], "candidate": []}
     for h in headline:
-        who = "candidate" if h.get("arm") == candidate_arm else "baseline" if h.get("arm") == baseline_arm else None
-        if who and finite(h.get("peak_memory_bytes")):
-            peaks[who].append(float(h["peak_memory_bytes"]))
+        who = "candidate" if h.arm == candidate_arm else "baseline" if h.arm == baseline_arm else None
+        if who and finite(h.peak_memory_bytes):
+            peaks[who].append(float(h.peak_memory_bytes))
     if not peaks["candidate"]:
         return None
     return {
@@ -199,33 +203,32 @@ def _memory_facts(
     }
 
 
-def _kv_facts(rows: Iterable[Any], *, candidate_arm: str, baseline_arm: str | None) -> list[dict[str, Any]]:
+def _kv_facts(rows: Iterable[KvRow], *, candidate_arm: str, baseline_arm: str) -> list[dict[str, Any]]:
     """Per load where the candidate recorded KV figures (an engine that preallocates its KV cache):
-    ``load``, ``candidate`` and ``baseline`` (the comparison's ``kv`` rows, baseline None if absent)."""
+    ``load``, ``candidate`` and ``baseline`` (the comparison's ``kv`` rows as stored, baseline
+    None if absent)."""
     mine: dict[str, dict[str, Any]] = {}
-    base: dict[str, Mapping[str, Any]] = {}
+    base: dict[str, KvRow] = {}
     for r in rows:
-        if not isinstance(r, Mapping):
-            continue
-        if r.get("arm") == candidate_arm:
-            mine[str(r.get("load"))] = {"load": str(r.get("load")), "candidate": dict(r), "baseline": None}
-        elif r.get("arm") == baseline_arm:
-            base[str(r.get("load"))] = r
+        if r.arm == candidate_arm:
+            mine[r.load] = {"load": r.load, "candidate": r.model_dump(mode="json"), "baseline": None}
+        elif r.arm == baseline_arm:
+            base[r.load] = r
     for load, fact in mine.items():
-        fact["baseline"] = dict(base[load]) if load in base else None
+        fact["baseline"] = base[load].model_dump(mode="json") if load in base else None
     return list(mine.values())
 
 
-def _per_run_rows(runs: Iterable[Mapping[str, Any]], *, candidate_arm: str, baseline_arm: str | None) -> list[dict]:
+def _per_run_rows(runs: Iterable[RunRow], *, candidate_arm: str, baseline_arm: str) -> list[dict]:
     """``successes_per_accelerator_hour`` (successful requests per accelerator-hour) per load:
     Welch t interval on the difference of the per-run means when both arms have two runs."""
     values: dict[tuple[str, str], list[float]] = {}
     for r in runs:
-        hours, ok = r.get("accelerator_hours"), r.get("successes")
-        if r.get("arm") not in (candidate_arm, baseline_arm) or not (finite(hours) and hours > 0 and finite(ok)):
+        hours = r.accelerator_hours
+        if r.arm not in (candidate_arm, baseline_arm) or not (finite(hours) and hours > 0):
             continue
-        who = "cand" if r.get("arm") == candidate_arm else "base"
-        values.setdefault((str(r.get("load")), who), []).append(float(ok) / float(hours))
+        who = "cand" if r.arm == candidate_arm else "base"
+        values.setdefault((r.load, who), []).append(float(r.successes) / float(hours))
     rows = []
     for load in sorted({load for load, _ in values}):
         b, c = values.get((load, "base"), []), values.get((load, "cand"), [])
@@ -263,29 +266,22 @@ def _per_run_rows(runs: Iterable[Mapping[str, Any]], *, candidate_arm: str, base
     return rows
 
 
-def _quality_facts(summary: Mapping[str, Any], *, candidate_arm: str, exact_expected: bool) -> dict[str, Any] | None:
-    quality = summary.get("quality") or {}
-    correctness = summary.get("correctness") or {}
-    checks = []
-    # Graded correctness ("correct": baseline right, candidate wrong) counts like any check.
-    counts = [*(quality.get("counts") or []), *(correctness.get("counts") or [])]
-    for r in counts:
-        if r.get("arm") != candidate_arm:
-            continue
-        if r.get("check") == "exact_match" and not exact_expected:
-            continue
-        checks.append(
-            {
-                "slice": str(r.get("task")),
-                "load": str(r.get("load")),
-                "check": r.get("check"),
-                "n": int(r.get("n_applicable") or 0),
-                "regressions": int(r.get("regressions") or 0),
-                "improvements": int(r.get("improvements") or 0),
-                "mcnemar_p": r.get("mcnemar_p"),
-                "baseline_flip_rate": r.get("baseline_flip_rate"),
-            }
-        )
+def _quality_facts(summary: Comparison, *, candidate_arm: str, exact_expected: bool) -> dict[str, Any] | None:
+    checks = [
+        {
+            "slice": r.task,
+            "load": r.load,
+            "check": r.check,
+            "n": r.n_applicable,
+            "regressions": r.regressions,
+            "improvements": r.improvements,
+            "mcnemar_p": r.mcnemar_p,
+            "baseline_flip_rate": r.baseline_flip_rate,
+        }
+        # Graded correctness ("correct": baseline right, candidate wrong) counts like any check.
+        for r in (*summary.quality.counts, *summary.correctness.counts)
+        if r.arm == candidate_arm and (exact_expected or r.check != "exact_match")
+    ]
     if not checks:
         return None
     return {"exact_expected": exact_expected, "checks": checks}
