@@ -38,7 +38,7 @@ _source: AccessSource = OpenAIAccess
 
 def openai_access_register(source: AccessSource) -> None:
     """Say where the registry comes from: ``source()`` is asked each time a server or key is
-    looked up, so settings changed at run time (tests, a rotated file) are seen at once."""
+    looked up, so settings changed at run time (a test's override) are seen at once."""
     global _source
     _source = source
 
