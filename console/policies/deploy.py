@@ -4,7 +4,7 @@ rule as a LiteLLM router config (pure functions; the experiment's arm configs co
 
 Pools: the baseline (no speculation) and one per candidate arm a rule routes to, each started by
 one ``vllm serve`` line with that arm's ``speculative_config`` (specreview stores vLLM's own keys
-and method names, see ``workers.engines.vllm``) as JSON. Only a ``vllm`` arm's ``engine_args`` are
+and method names, see ``workers.engines.vllm_config``) as JSON. Only a ``vllm`` arm's ``engine_args`` are
 vLLM arguments; other engines' args (an OpenAI server URL, ...) are left out.
 
 Routing: LiteLLM's tag filtering picks, inside one model group, the deployments carrying a tag the

@@ -2,7 +2,7 @@
 
 A session is the turns of one conversation: turn 0 arrives at its ``arrival_s`` (open loop), turn
 k + 1 ``think_time_s`` seconds after turn k's answer finished, and carries that answer in its
-messages (built at replay time, workers/replay.py). A request without a session is a session of
+messages (built at replay time, workers/replay/schedule.py). A request without a session is a session of
 one turn keyed by its own id.
 
 Think-time specs (seconds), for prompt sets imported with ``--turns all`` and native later turns
