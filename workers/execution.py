@@ -30,7 +30,7 @@ from console.experiments.runs import run_cancel, run_claim, run_fail, run_heartb
 from console.results.models import RequestResult
 from console.results.services import results_store
 from console.traces.models import TraceRequest
-from workers.engines import EngineConfig, EngineError, EngineRequest, engine_create
+from workers.engines import Engine, EngineConfig, EngineError, EngineRequest, engine_create
 from workers.engines.redaction import text_scrub
 from workers.engines.servers import credential_values
 from workers.hardware import hardware_describe
@@ -224,33 +224,7 @@ def _execute_claimed(*, run_id: int, token: str, heartbeat: Heartbeat) -> str:
         choice = dtype_choice() if callable(dtype_choice) else None
         extra = {"hardware": {**hardware, "dtype": choice}} if choice else {}
         run_update(run_id=run_id, token=token, versions=engine.versions(), **extra)
-        specs = [
-            RequestSpec(
-                request=req,
-                arrival_s=tr.arrival_s,
-                key=tr.pk,
-                session_id=tr.session_id or tr.request_id,
-                turn=tr.turn,
-                think_time_s=tr.think_time_s,
-            )
-            for tr, req in pairs
-        ]
-
-        def progress(done: int, total: int) -> None:
-            heartbeat.done, heartbeat.total = done, total
-
-        result = asyncio.run(
-            replay_run(
-                engine=engine,
-                specs=specs,
-                rate_multiplier=run.rate_multiplier,
-                concurrency_cap=run.concurrency_cap,
-                warmup=experiment.warmup,
-                progress=progress,
-                cancel=heartbeat.stop_requested,
-                deadline=deadline,
-            )
-        )
+        result = _replay(engine=engine, run=run, pairs=pairs, heartbeat=heartbeat, deadline=deadline)
     except EngineError as exc:
         if exc.transient and run.attempt < settings.SPECREVIEW_RUN_MAX_ATTEMPTS:
             if _fail(run_id, token, str(exc), retry=True) == "queued":
@@ -264,6 +238,58 @@ def _execute_claimed(*, run_id: int, token: str, heartbeat: Heartbeat) -> str:
             except Exception:
                 log.exception("run %s: engine stop failed", run_id)
 
+    return _replay_outcome(run_id=run_id, token=token, heartbeat=heartbeat, pairs=pairs, result=result)
+
+
+def _replay(
+    *,
+    engine: Engine,
+    run: Run,
+    pairs: list[tuple[TraceRequest, EngineRequest]],
+    heartbeat: Heartbeat,
+    deadline: float,
+) -> ReplayResult:
+    """Replay the run's requests on the started engine at the run's load; the heartbeat carries the
+    progress out and the cancel in. ``deadline``: ``time.perf_counter()`` seconds."""
+    specs = [
+        RequestSpec(
+            request=req,
+            arrival_s=tr.arrival_s,
+            key=tr.pk,
+            session_id=tr.session_id or tr.request_id,
+            turn=tr.turn,
+            think_time_s=tr.think_time_s,
+        )
+        for tr, req in pairs
+    ]
+
+    def progress(done: int, total: int) -> None:
+        heartbeat.done, heartbeat.total = done, total
+
+    return asyncio.run(
+        replay_run(
+            engine=engine,
+            specs=specs,
+            rate_multiplier=run.rate_multiplier,
+            concurrency_cap=run.concurrency_cap,
+            warmup=run.experiment.warmup,
+            progress=progress,
+            cancel=heartbeat.stop_requested,
+            deadline=deadline,
+        )
+    )
+
+
+def _replay_outcome(
+    *,
+    run_id: int,
+    token: str,
+    heartbeat: Heartbeat,
+    pairs: list[tuple[TraceRequest, EngineRequest]],
+    result: ReplayResult,
+) -> str:
+    """How a finished replay ends the run: lost, failed (time limit, or every request failed),
+    cancelled, or its results stored."""
     if heartbeat.state == "lost":
         log.warning("run %s: claim lost during the replay; nothing written", run_id)
         return "lost"

@@ -199,6 +199,99 @@ def _csv_rows(file: IO[bytes], errors: ErrorLog, limits: Limits) -> Iterator[tup
         yield line, dict(zip(header, row, strict=True))
 
 
+class _ArrayText:
+    """A JSON array file's text, decoded a chunk at a time: ``buf[pos:]`` is not read yet and ``line``
+    is the 1-based line ``pos`` is on. Holds at most one element past a chunk, never the file."""
+
+    def __init__(self, file: IO[bytes], errors: ErrorLog, limits: Limits):
+        self.file, self.errors, self.limits = file, errors, limits
+        self.decoder = json.JSONDecoder(parse_constant=_reject_constant)
+        self.utf8 = codecs.getincrementaldecoder("utf-8")()
+        self.buf = ""
+        self.pos = 0
+        self.line = 1
+        self.eof = False
+        self.offset = 0  # bytes read from the file so far
+
+    def more(self) -> bool:
+        """Read the next chunk onto the unread text; False at the end of the file or a non-UTF-8 byte
+        (reported, and the file ends there)."""
+        if self.eof:
+            return False
+        chunk = self.file.read(READ_CHUNK)
+        try:
+            text = self.utf8.decode(chunk, final=not chunk)
+        except UnicodeDecodeError as exc:
+            # exc.object is the decoder's pending bytes plus this chunk (empty at the end of the file)
+            at = self.offset - (len(exc.object) - len(chunk)) + exc.start
+            self.errors.add(
+                self.line, None, f"not valid UTF-8: byte 0x{exc.object[exc.start]:02x} at byte {at}"
+            )
+            self.eof = True
+            return False
+        self.offset += len(chunk)
+        if not chunk:
+            self.eof = True
+        self.buf = self.buf[self.pos :] + text
+        self.pos = 0
+        if self.buf.startswith("\ufeff") and self.offset == len(chunk):
+            self.buf = self.buf[1:]
+        return bool(text) or not self.eof
+
+    def skip_ws(self) -> bool:
+        """Move past blanks, counting lines; whether a character follows (at ``buf[pos]``)."""
+        while True:
+            while self.pos < len(self.buf) and self.buf[self.pos] in " \t\r\n":
+                if self.buf[self.pos] == "\n":
+                    self.line += 1
+                self.pos += 1
+            if self.pos < len(self.buf):
+                return True
+            if not self.more():
+                return False
+
+    def element(self) -> Any:
+        """Decode the value at ``pos`` and move past it; ``_STOP`` when it is invalid, too long or
+        too deep (reported at the line it starts on)."""
+        limits, errors = self.limits, self.errors
+        while True:
+            try:
+                value, end = self.decoder.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as exc:
+                if len(self.buf) - self.pos > limits.max_line_bytes:
+                    # invalid within the first max_line_bytes characters: say so, not "too long"
+                    if exc.pos - self.pos < limits.max_line_bytes and "Unterminated" not in exc.msg:
+                        errors.add(self.line, None, json_error_message(exc))
+                        return _STOP
+                    errors.add(self.line, None, element_too_long_message(limits))
+                    return _STOP
+                if not self.more():
+                    errors.add(self.line, None, json_error_message(exc))
+                    return _STOP
+                continue
+            except RecursionError:
+                errors.add(self.line, None, too_deep_message(limits))
+                return _STOP
+            except ValueError as exc:
+                errors.add(self.line, None, json_error_message(exc))
+                return _STOP
+            if end >= len(self.buf) and not self.eof and self.more():
+                continue  # a number might continue in the next chunk
+            break
+        if end - self.pos > limits.max_line_bytes:
+            errors.add(self.line, None, element_too_long_message(limits))
+            return _STOP
+        if nesting_too_deep(self.buf, max_depth=limits.max_depth, start=self.pos, end=end):
+            errors.add(self.line, None, too_deep_message(limits))
+            return _STOP
+        self.line += self.buf.count("\n", self.pos, end)
+        self.pos = end
+        return value
+
+
+_STOP = object()  # _ArrayText.element's "no element: the file stops here" (null is a value)
+
+
 def json_array(file: IO[bytes], errors: ErrorLog, limits: Limits | None = None) -> Iterator[tuple[int, Any]]:
     """(line number where it starts, element) for each element of a top-level JSON array, incrementally.
 
@@ -206,103 +299,35 @@ def json_array(file: IO[bytes], errors: ErrorLog, limits: Limits | None = None) 
     ``limits.max_depth`` stops the file with a located error (the array's own bracket not counted)."""
     limits = limits or Limits.from_settings()
     file.seek(0)
-    decoder = json.JSONDecoder(parse_constant=_reject_constant)
-    utf8 = codecs.getincrementaldecoder("utf-8")()
-    buf = ""
-    pos = 0
-    line = 1
-    eof = False
-    offset = 0
-
-    def more() -> bool:
-        nonlocal buf, pos, eof, offset
-        if eof:
-            return False
-        chunk = file.read(READ_CHUNK)
-        try:
-            text = utf8.decode(chunk, final=not chunk)
-        except UnicodeDecodeError as exc:
-            # exc.object is the decoder's pending bytes plus this chunk (empty at the end of the file)
-            at = offset - (len(exc.object) - len(chunk)) + exc.start
-            errors.add(line, None, f"not valid UTF-8: byte 0x{exc.object[exc.start]:02x} at byte {at}")
-            eof = True
-            return False
-        offset += len(chunk)
-        if not chunk:
-            eof = True
-        buf = buf[pos:] + text
-        pos = 0
-        if buf.startswith("\ufeff") and offset == len(chunk):
-            buf = buf[1:]
-        return bool(text) or not eof
-
-    def skip_ws() -> bool:
-        nonlocal pos, line
-        while True:
-            while pos < len(buf) and buf[pos] in " \t\r\n":
-                if buf[pos] == "\n":
-                    line += 1
-                pos += 1
-            if pos < len(buf):
-                return True
-            if not more():
-                return False
-
-    if not skip_ws() or buf[pos] != "[":
+    text = _ArrayText(file, errors, limits)
+    if not text.skip_ws() or text.buf[text.pos] != "[":
         if not errors:
-            errors.add(line, None, "expected a JSON array ('[') at the start of the file")
+            errors.add(text.line, None, "expected a JSON array ('[') at the start of the file")
         return
-    pos += 1
+    text.pos += 1
     first = True
     while True:
-        if not skip_ws():
-            errors.add(line, None, "invalid JSON: the array is not closed (missing ']')")
+        if not text.skip_ws():
+            errors.add(text.line, None, "invalid JSON: the array is not closed (missing ']')")
             return
-        if buf[pos] == "]":
-            pos += 1
-            if skip_ws():
-                errors.add(line, None, "invalid JSON: extra data after the closing ']'")
+        if text.buf[text.pos] == "]":
+            text.pos += 1
+            if text.skip_ws():
+                errors.add(text.line, None, "invalid JSON: extra data after the closing ']'")
             return
         if not first:
-            if buf[pos] != ",":
-                errors.add(line, None, f"invalid JSON: expected ',' or ']' but found {buf[pos]!r}")
+            if text.buf[text.pos] != ",":
+                errors.add(
+                    text.line, None, f"invalid JSON: expected ',' or ']' but found {text.buf[text.pos]!r}"
+                )
                 return
-            pos += 1
-            if not skip_ws():
-                errors.add(line, None, "invalid JSON: the array is not closed (missing ']')")
+            text.pos += 1
+            if not text.skip_ws():
+                errors.add(text.line, None, "invalid JSON: the array is not closed (missing ']')")
                 return
         first = False
-        start_line = line
-        while True:
-            try:
-                value, end = decoder.raw_decode(buf, pos)
-            except json.JSONDecodeError as exc:
-                if len(buf) - pos > limits.max_line_bytes:
-                    # invalid within the first max_line_bytes characters: say so, not "too long"
-                    if exc.pos - pos < limits.max_line_bytes and "Unterminated" not in exc.msg:
-                        errors.add(line, None, json_error_message(exc))
-                        return
-                    errors.add(line, None, element_too_long_message(limits))
-                    return
-                if not more():
-                    errors.add(line, None, json_error_message(exc))
-                    return
-                continue
-            except RecursionError:
-                errors.add(line, None, too_deep_message(limits))
-                return
-            except ValueError as exc:
-                errors.add(line, None, json_error_message(exc))
-                return
-            if end >= len(buf) and not eof and more():
-                continue  # a number might continue in the next chunk
-            break
-        if end - pos > limits.max_line_bytes:
-            errors.add(line, None, element_too_long_message(limits))
+        start_line = text.line
+        value = text.element()
+        if value is _STOP:
             return
-        if nesting_too_deep(buf, max_depth=limits.max_depth, start=pos, end=end):
-            errors.add(line, None, too_deep_message(limits))
-            return
-        line += buf.count("\n", pos, end)
-        pos = end
         yield start_line, value
