@@ -112,58 +112,41 @@ def checklist_prefill(evidence: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One item per question: ``key``, ``question``, ``source`` ("evidence" when the evidence
     settles it, else "engineer"), ``answer`` ("yes" | "no" | None), ``detail`` (what the
     evidence shows)."""
-    facts = evidence.get("facts") or {}
+    items = {
+        item["key"]: item
+        for item in (*_setup_items(evidence), *_measured_items(evidence), *_change_items(evidence))
+    }
+    return [items[key] for key, _ in QUESTIONS if key in items] + checklist_fit_items(evidence.get("fit") or {})
+
+
+def _item(key: str, answer: str | None, detail: str, source: str = "evidence") -> dict[str, Any]:
+    return {
+        "key": key,
+        "question": dict(QUESTIONS)[key],
+        "source": source,
+        "answer": answer,
+        "detail": detail,
+    }
+
+
+def _setup_items(evidence: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What was run, against what, on which versions: the engineer answers these, the evidence
+    only shows them."""
     trace = evidence.get("trace") or {}
-    items: dict[str, dict[str, Any]] = {}
-
-    def put(key: str, answer: str | None, detail: str, source: str = "evidence") -> None:
-        items[key] = {
-            "key": key,
-            "question": dict(QUESTIONS)[key],
-            "source": source,
-            "answer": answer,
-            "detail": detail,
-        }
-
     paired = trace.get("paired_with")
     detail = f"trace {trace.get('name', '?')} (sha256 {str(trace.get('sha256', ''))[:12]}…), arrivals: {trace.get('arrival_spec') or 'from the trace'}; "
     detail += f"content paired from {paired}" if paired else "content is the trace's own"
-    put("production_traces", None, detail, source="engineer")
+    out = [_item("production_traces", None, detail, source="engineer")]
 
     base = evidence.get("baseline") or {}
-    put(
-        "current_serving_path",
-        None,
-        f"baseline: {base.get('engine', '?')} {base.get('target_model', '?')} args {base.get('engine_args') or {}}",
-        source="engineer",
+    out.append(
+        _item(
+            "current_serving_path",
+            None,
+            f"baseline: {base.get('engine', '?')} {base.get('target_model', '?')} args {base.get('engine_args') or {}}",
+            source="engineer",
+        )
     )
-
-    stats = set(evidence.get("stats_reported") or ())
-    have = {"p95", "p99"} <= stats
-    put("p95_p99", YES if have else NO, "reported: " + (", ".join(sorted(stats)) or "none"))
-
-    put(
-        "acceptance_by_prompt_type",
-        YES if evidence.get("acceptance_by_task") else NO,
-        "acceptance by task in the comparison"
-        if evidence.get("acceptance_by_task")
-        else "no acceptance-by-task table",
-    )
-
-    memory = facts.get("memory")
-    if facts.get("kv"):  # an engine that preallocates its KV cache: what the drafter takes from it
-        put("memory_impact", YES, "KV capacity and preemptions per arm measured")
-    else:
-        put("memory_impact", YES if memory else NO, "peak memory per arm measured" if memory else "not measured")
-
-    quality = facts.get("quality")
-    if quality and any(int(c.get("n") or 0) for c in quality.get("checks") or []):
-        checks = quality.get("checks") or []
-        n = sum(int(c.get("regressions") or 0) for c in checks)
-        tasks = {c.get("slice") for c in checks}
-        put("quality_results", YES, f"{len(tasks)} tasks checked, {n} regressions")
-    else:
-        put("quality_results", NO, "no quality-equivalence results")
 
     versions = evidence.get("versions") or {}
     structured = evidence.get("structured") or {}
@@ -177,41 +160,90 @@ def checklist_prefill(evidence: Mapping[str, Any]) -> list[dict[str, Any]]:
         or "not recorded"
     )
     detail += f"; requests with response_format: {structured.get('response_format', 0)}, with tools: {structured.get('tools', 0)}"
-    put("framework_compatibility", None, detail, source="engineer")
+    out.append(_item("framework_compatibility", None, detail, source="engineer"))
+    return out
 
+
+def _measured_items(evidence: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What the comparison and the gate facts measured: settled by the evidence."""
+    facts = evidence.get("facts") or {}
+    stats = set(evidence.get("stats_reported") or ())
+    have = {"p95", "p99"} <= stats
+    out = [_item("p95_p99", YES if have else NO, "reported: " + (", ".join(sorted(stats)) or "none"))]
+
+    out.append(
+        _item(
+            "acceptance_by_prompt_type",
+            YES if evidence.get("acceptance_by_task") else NO,
+            "acceptance by task in the comparison"
+            if evidence.get("acceptance_by_task")
+            else "no acceptance-by-task table",
+        )
+    )
+
+    memory = facts.get("memory")
+    if facts.get("kv"):  # an engine that preallocates its KV cache: what the drafter takes from it
+        out.append(_item("memory_impact", YES, "KV capacity and preemptions per arm measured"))
+    else:
+        out.append(
+            _item("memory_impact", YES if memory else NO, "peak memory per arm measured" if memory else "not measured")
+        )
+
+    quality = facts.get("quality")
+    if quality and any(int(c.get("n") or 0) for c in quality.get("checks") or []):
+        checks = quality.get("checks") or []
+        n = sum(int(c.get("regressions") or 0) for c in checks)
+        tasks = {c.get("slice") for c in checks}
+        out.append(_item("quality_results", YES, f"{len(tasks)} tasks checked, {n} regressions"))
+    else:
+        out.append(_item("quality_results", NO, "no quality-equivalence results"))
+    return out
+
+
+def _change_items(evidence: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The change itself: evaluated alone, with a way back, and a cross-vocabulary draft gated
+    on its own."""
+    base = evidence.get("baseline") or {}
+    cand = evidence.get("candidate") or {}
     if cand:
         diffs = _config_diff(base, cand)
         if evidence.get("experiment_sampling") not in (None, "trace", "greedy"):
             diffs.append("sampling")
-        put(
-            "changes_alone",
-            NO if diffs else YES,
-            ("candidate also changes: " + ", ".join(diffs))
-            if diffs
-            else "candidate differs from the baseline only in its speculative config",
-        )
+        out = [
+            _item(
+                "changes_alone",
+                NO if diffs else YES,
+                ("candidate also changes: " + ", ".join(diffs))
+                if diffs
+                else "candidate differs from the baseline only in its speculative config",
+            )
+        ]
     else:
-        put("changes_alone", YES, "no candidate config: the proposal changes nothing in serving")
+        out = [_item("changes_alone", YES, "no candidate config: the proposal changes nothing in serving")]
 
     missing = rollback_complete(evidence.get("rollback") or {})
-    put(
-        "rollback_plan",
-        NO if missing else YES,
-        ("missing: " + ", ".join(missing))
-        if missing
-        else "triggers, revert config, steps, owner, verification",
+    out.append(
+        _item(
+            "rollback_plan",
+            NO if missing else YES,
+            ("missing: " + ", ".join(missing))
+            if missing
+            else "triggers, revert config, steps, owner, verification",
+        )
     )
     label = _candidate_label(evidence)
     if label is not None and draft_cross_vocabulary((evidence.get("versions") or {}).get(label)):
-        put(
-            "cross_vocabulary_gate",
-            None,
-            f"arm {label} drafts with a model whose tokenizer differs from the target's (universal assisted "
-            "generation): the hf engine runs it greedy-only, and its exact-match check means nothing under "
-            "sampling; gate it separately from same-vocabulary drafts, on greedy traffic",
-            source="engineer",
+        out.append(
+            _item(
+                "cross_vocabulary_gate",
+                None,
+                f"arm {label} drafts with a model whose tokenizer differs from the target's (universal assisted "
+                "generation): the hf engine runs it greedy-only, and its exact-match check means nothing under "
+                "sampling; gate it separately from same-vocabulary drafts, on greedy traffic",
+                source="engineer",
+            )
         )
-    return [items[key] for key, _ in QUESTIONS if key in items] + checklist_fit_items(evidence.get("fit") or {})
+    return out
 
 
 def checklist_fit_items(fit: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -6,9 +6,10 @@ Raises ``FeatureError`` (a feature known only after execution, or not allowliste
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import pandas as pd
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
@@ -20,7 +21,7 @@ from console.policies import fitting as policy_fitting
 from console.policies import pairs as policy_pairs
 from console.policies import router as policy_router
 from console.policies.models import SlicePolicy
-from console.policies.selectors import PolicyInputError, policy_inputs
+from console.policies.selectors import PolicyInputError, PolicyInputs, policy_inputs
 
 
 @transaction.atomic
@@ -47,21 +48,9 @@ def policy_fit(
     if created_by is None or not created_by.has_perm(roles.RUN_EXPERIMENT):
         raise PermissionDenied(f"needs permission {roles.RUN_EXPERIMENT}")
     names = policy_features.features_validate(features)
-    if metric not in policy_pairs.METRICS:
-        raise PolicyInputError(f"unknown metric {metric!r}; choose one of {', '.join(policy_pairs.METRICS)}")
-    if min_support < 2:
-        raise PolicyInputError("minimum support must be at least 2 requests (an interval needs two)")
-    if not 0 < ci < 1:
-        raise PolicyInputError("the interval level must be between 0 and 1")
+    _options_check(metric=metric, min_support=min_support, ci=ci)
     inputs = policy_inputs(experiment=experiment, arms=list(arms) if arms is not None else None, load=load)
-    splits = set(inputs.features["split"].dropna())
-    if "train" not in splits:
-        raise PolicyInputError("no results on train requests: the policy has nothing to be fitted on")
-    if "holdout" not in splits:
-        raise PolicyInputError(
-            "no results on holdout requests (did the experiment run only the train split?): "
-            "a policy must be validated on requests it was not fitted on"
-        )
+    _splits_check(inputs)
     params = policy_fitting.FitParams(
         min_support=min_support,
         stat=policy_pairs.METRICS[metric][1],
@@ -77,19 +66,14 @@ def policy_fit(
     holdout = policy_fitting.policy_score(fitted["rules"], units, inputs.features, split="holdout", params=params)
     if load is None and pairs["load"].nunique() > 1:
         # Pooled loads can hide a level where the policy stops paying: score each level too.
-        for scores, split in ((train, "train"), (holdout, "holdout")):
-            scores["by_load"] = {
-                str(level): _headline(
-                    policy_fitting.policy_score(
-                        fitted["rules"],
-                        policy_pairs.units_build(pairs.loc[pairs["load"] == level]),
-                        inputs.features,
-                        split=split,
-                        params=params,
-                    )
-                )
-                for level in _load_order(experiment, pairs["load"].unique())
-            }
+        _score_by_load(
+            ((train, "train"), (holdout, "holdout")),
+            experiment=experiment,
+            rules=fitted["rules"],
+            pairs=pairs,
+            features=inputs.features,
+            params=params,
+        )
     document = json_safe(policy_router.rules_document(fitted["rules"]))
     return SlicePolicy.objects.create(
         experiment=experiment,
@@ -119,6 +103,53 @@ def policy_fit(
         source_runs=inputs.run_ids,
         created_by=created_by,
     )
+
+
+def _options_check(*, metric: str, min_support: int, ci: float) -> None:
+    if metric not in policy_pairs.METRICS:
+        raise PolicyInputError(f"unknown metric {metric!r}; choose one of {', '.join(policy_pairs.METRICS)}")
+    if min_support < 2:
+        raise PolicyInputError("minimum support must be at least 2 requests (an interval needs two)")
+    if not 0 < ci < 1:
+        raise PolicyInputError("the interval level must be between 0 and 1")
+
+
+def _splits_check(inputs: PolicyInputs) -> None:
+    """Both splits must have results: the policy is fitted on train and validated on holdout."""
+    splits = set(inputs.features["split"].dropna())
+    if "train" not in splits:
+        raise PolicyInputError("no results on train requests: the policy has nothing to be fitted on")
+    if "holdout" not in splits:
+        raise PolicyInputError(
+            "no results on holdout requests (did the experiment run only the train split?): "
+            "a policy must be validated on requests it was not fitted on"
+        )
+
+
+def _score_by_load(
+    scored_splits: Iterable[tuple[dict[str, Any], str]],
+    *,
+    experiment: Experiment,
+    rules: Sequence[Mapping[str, Any]],
+    pairs: pd.DataFrame,
+    features: pd.DataFrame,
+    params: policy_fitting.FitParams,
+) -> None:
+    """Add ``by_load`` to each split's scores: the headline scores of each load level alone, in
+    the experiment's load order."""
+    for scores, split in scored_splits:
+        scores["by_load"] = {
+            str(level): _headline(
+                policy_fitting.policy_score(
+                    rules,
+                    policy_pairs.units_build(pairs.loc[pairs["load"] == level]),
+                    features,
+                    split=split,
+                    params=params,
+                )
+            )
+            for level in _load_order(experiment, pairs["load"].unique())
+        }
 
 
 def _headline(scores: dict[str, Any]) -> dict[str, Any]:

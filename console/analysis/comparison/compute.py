@@ -35,6 +35,7 @@ from console.analysis.comparison.noise import baseline_stability, noise_floors
 from console.analysis.comparison.paired import paired_stage, primary_holm
 from console.analysis.comparison.quality_stage import correctness_stage, divergence_rows, quality_section
 from console.analysis.comparison.records import records
+from console.analysis.comparison.rows import Correctness
 from console.analysis.comparison.schema import SCHEMA_VERSION, comparison_load
 from console.analysis.comparison.spec import (
     METRIC_COLUMNS,
@@ -140,8 +141,8 @@ def comparison_compute(
     experiment's option) they give the ``capacity`` section (:mod:`.capacity_stage`) and the cost
     basis ``"capacity"``; ``arm_order`` orders its arms.
 
-    Longer than one screen for a reason: its twenty options are the public contract, each said
-    here; the body only calls the stages in order, each one line or one call.
+    Long because: its twenty options are the public contract, each said here (signature and
+    docstring are half its lines); the body only calls the stages in order, each one call.
     """
     ends = endpoints_resolve(endpoints)
     base_arm = baseline_resolve(requests, baseline_arm)
@@ -153,10 +154,8 @@ def comparison_compute(
     cdf = latency_cdf(derived, groups=list(zip(first_seen["arm"], first_seen["load"], strict=True)))
     # The list and text columns are flattened or checked now; dropping them keeps the many
     # frame copies below cheap (quality counts need the outputs first).
-    quality_count_frame = quality_counts(derived, baseline_arm=base_arm)
-    divergences = first_divergences(derived, baseline_arm=base_arm, limit=max_divergences)
-    correctness = correctness_stage(
-        derived, base_arm=base_arm, n_boot=n_boot, seed=seed, ci=ci, max_regressions=max_regressions
+    quality_count_frame, divergences, correctness = _output_checks(
+        derived, base_arm, n_boot=n_boot, seed=seed, ci=ci, max_regressions=max_regressions, max_divergences=max_divergences
     )
     derived, runs = _slim(derived, runs, base_arm=base_arm)
     dims = slice_dimensions(derived)
@@ -180,33 +179,14 @@ def comparison_compute(
         divergence=divergence_rows(derived, base_arm=base_arm),
         first_divergences=divergences,
     )
-    capacity = None
-    if capacity_search and capacity_requests is not None and len(capacity_requests):
-        capacity = capacity_section(
-            capacity_requests,
-            capacity_runs,
-            search=capacity_search,
-            base_arm=base_arm,
-            deadlines=deadlines,
-            references=references,
-            cost_per_hour_usd=cost_per_hour_usd,
-            arm_order=arm_order,
-        )
-        if not any(a["is_baseline"] for a in capacity["arms"]):
-            notes.append("capacity: no finished search step of the baseline yet")
-    params = {
-        "deadlines": deadlines,
-        "cost_per_hour_usd": cost_per_hour_usd,
-        "power_price_usd_per_kwh": power_price_usd_per_kwh,
-        "sweeps": dict(sweeps or {}),
-        "n_boot": n_boot,
-        "seed": seed,
-        "ci": ci,
-        "resampling_unit": "request",
-    }
+    capacity = _searched_capacity(
+        capacity_search, capacity_requests, capacity_runs, base_arm, deadlines, references, cost_per_hour_usd, arm_order
+    )
+    if capacity is not None and not any(a["is_baseline"] for a in capacity["arms"]):
+        notes.append("capacity: no finished search step of the baseline yet")
     summary = _summary(
         base_arm=base_arm,
-        params=params,
+        params=_params(deadlines, cost_per_hour_usd, power_price_usd_per_kwh, sweeps, n_boot, seed, ci),
         endpoints=ends,
         tables=tables,
         inferred=inferred,
@@ -224,6 +204,75 @@ def comparison_compute(
     )
     comparison_load(summary)
     return summary
+
+
+def _output_checks(
+    derived: pd.DataFrame,
+    base_arm: str,
+    *,
+    n_boot: int,
+    seed: int,
+    ci: float,
+    max_regressions: int,
+    max_divergences: int,
+) -> tuple[pd.DataFrame, pd.DataFrame, Correctness]:
+    """The checks that read the outputs themselves, before :func:`_slim` drops them: the paired
+    quality counts, the first divergences (at most ``max_divergences``) and graded correctness."""
+    quality_count_frame = quality_counts(derived, baseline_arm=base_arm)
+    divergences = first_divergences(derived, baseline_arm=base_arm, limit=max_divergences)
+    correctness = correctness_stage(
+        derived, base_arm=base_arm, n_boot=n_boot, seed=seed, ci=ci, max_regressions=max_regressions
+    )
+    return quality_count_frame, divergences, correctness
+
+
+def _searched_capacity(
+    capacity_search: Mapping[str, Any] | None,
+    capacity_requests: pd.DataFrame | None,
+    capacity_runs: pd.DataFrame | None,
+    base_arm: str,
+    deadlines: Mapping[str, Mapping[str, float]] | None,
+    references: Mapping[str, Mapping[str, Any] | None] | None,
+    cost_per_hour_usd: float,
+    arm_order: Collection[str] | None,
+) -> dict[str, Any] | None:
+    """The ``capacity`` section when the experiment searched capacity and a step has results,
+    else None."""
+    capacity = None
+    if capacity_search and capacity_requests is not None and len(capacity_requests):
+        capacity = capacity_section(
+            capacity_requests,
+            capacity_runs,
+            search=capacity_search,
+            base_arm=base_arm,
+            deadlines=deadlines,
+            references=references,
+            cost_per_hour_usd=cost_per_hour_usd,
+            arm_order=arm_order,
+        )
+    return capacity
+
+
+def _params(
+    deadlines: Mapping[str, Mapping[str, float]] | None,
+    cost_per_hour_usd: float,
+    power_price_usd_per_kwh: float | None,
+    sweeps: Mapping[str, Mapping[str, int]] | None,
+    n_boot: int,
+    seed: int,
+    ci: float,
+) -> dict[str, Any]:
+    """The options the comparison was computed with, as stored in its ``params``."""
+    return {
+        "deadlines": deadlines,
+        "cost_per_hour_usd": cost_per_hour_usd,
+        "power_price_usd_per_kwh": power_price_usd_per_kwh,
+        "sweeps": dict(sweeps or {}),
+        "n_boot": n_boot,
+        "seed": seed,
+        "ci": ci,
+        "resampling_unit": "request",
+    }
 
 
 def _slim(derived: pd.DataFrame, runs: pd.DataFrame, *, base_arm: str) -> tuple[pd.DataFrame, pd.DataFrame]:
