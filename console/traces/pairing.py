@@ -17,6 +17,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from console.traces.parsers.base import Record
+
 DEFAULT_NEAREST = 8
 
 
@@ -83,3 +85,27 @@ class PromptPool:
             "tasks": self.tasks(),
             "nearest": self.nearest,
         }
+
+
+def record_pair(record: Record, *, pool: PromptPool, seed: int) -> None:
+    """Give a timing-only record, in place, the content of its matched pool prompt: its max_tokens
+    is the trace's recorded output length (tokens), and its metadata says what it was paired with."""
+    data = record.data
+    chosen = pool.match(
+        request_id=str(data.get("id")),
+        task=data.get("task"),
+        input_tokens=record.input_tokens or 0,
+        seed=seed,
+    )
+    for key in ("prompt", "messages", "tools", "response_format"):
+        value = getattr(chosen, key)
+        if value is not None:
+            data[key] = value
+    data["task"] = data.get("task") or chosen.task
+    data["max_tokens"] = record.output_tokens
+    data.setdefault("metadata", {})["paired"] = {
+        "pool_prompt": chosen.key,
+        "trace_input_tokens": record.input_tokens,
+        "trace_output_tokens": record.output_tokens,
+        "prompt_tokens": chosen.tokens,
+    }

@@ -9,9 +9,10 @@ from typing import IO, Any
 from django.conf import settings
 
 from console.traces.arrivals import arrival_spec_parse
+from console.traces.columns import ROW_FIELDS
 from console.traces.compression import inner_filename
 from console.traces.errors import TraceError, TraceImportError
-from console.traces.importer import ROW_FIELDS, ImportOptions, TraceBuilder
+from console.traces.importer import ImportOptions, TraceBuilder
 from console.traces.parsers import PARSERS, TIMING
 from console.traces.parsers.mapped import FieldMapping
 from console.traces.sources import file_content, file_hash_limited, file_unwrapped, format_resolve

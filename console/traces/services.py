@@ -96,6 +96,9 @@ def trace_import(
     ``turns``: ``first`` (multi-turn prompt sets give one request per conversation) or ``all`` (every
     turn, as a session); ``think_time``: ``const:SECONDS`` / ``exp:MEAN`` / ``none``, for later turns
     that give none.
+
+    Long because: the signature is the import's public options (pages, API, CLI, demo); the body is
+    the steps in order, one call each.
     """
     file = file_unwrapped(file)
     filename = filename or Path(str(getattr(file, "name", "") or "upload")).name

@@ -10,14 +10,13 @@ from contextlib import ExitStack
 from django.db import connection
 from django.db.models import F
 
-from console.traces.importer import JSON_FIELDS, ROW_FIELDS
+from console.traces.columns import JSON_POSITIONS, ROW_FIELDS
 from console.traces.models import Trace, TraceRequest
 
 BATCH_SIZE = 2000
 
 # _CopyWriter.write puts the JSON texts at these positions of a row
-_JSON_POSITIONS = (4, 11, 12, 13)
-assert tuple(ROW_FIELDS.index(f) for f in JSON_FIELDS) == _JSON_POSITIONS
+assert JSON_POSITIONS == (4, 11, 12, 13)
 
 
 class _CopyWriter:
