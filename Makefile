@@ -53,6 +53,9 @@ lint: $(VENV)/.installed-test
 	$(VENV)/bin/mypy console workers
 	@# the layers (.importlinter): an import against the flow fails here
 	PYTHONPATH=$(CURDIR) $(VENV)/bin/lint-imports
+	@# units over 80/400 lines say why; project imports inside functions are on the allow-list
+	$(PY) scripts/long_units.py --check
+	$(PY) scripts/function_imports.py --check
 	$(PY) manage.py makemigrations --check --dry-run
 
 test: $(VENV)/.installed-test
