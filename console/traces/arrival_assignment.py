@@ -61,7 +61,7 @@ class ArrivalAssigner:
             return iter(borrowed or [])
         return arrivals_generate(spec, seed=seed)
 
-    def assign(self, record: Record, *, built: int) -> tuple[bool, float | None]:
+    def assign(self, record: Record, built: int) -> tuple[bool, float | None]:
         """Give the record its arrival (s): from the arrival source, its clock (an offset from the
         first record's, returned to be set once the record is checked: it may be negative before the
         shift), or its own ``arrival_s``; a later turn's is left to its session's start. False: skip

@@ -64,17 +64,16 @@ def json_texts(row: tuple) -> tuple[str | None, str | None, str | None, str]:
 def content_key(row: tuple, texts: tuple[str | None, str | None, str | None, str]) -> str:
     """The text a request adds to the trace's content hash: its fields joined by \\x1f, None as ""
     for text and repr() for numbers. It never changes: stored traces keep their content hash."""
-    request_id, arrival, prompt = row[1:4]
-    max_tokens, temperature, top_p, seed, task, traffic = row[5:11]
-    tokens = row[14]
-    session_id, turn, think_time = row[17:20]
+    # by position (ROW_FIELDS): [1] request id, [2] arrival (s), [3] prompt, [5] max_tokens, [6] temperature,
+    # [7] top_p, [8] seed, [9] task, [10] traffic class, [14] prompt tokens, [17:20] session, turn, think time
     messages_text, format_text, tools_text, metadata_text = texts
     key = (
-        f"{request_id}\x1f{arrival!r}\x1f{prompt or ''}\x1f{messages_text or ''}\x1f{format_text or ''}"
-        f"\x1f{tools_text or ''}\x1f{metadata_text}\x1f{max_tokens}\x1f{temperature!r}\x1f{top_p!r}"
-        f"\x1f{seed!r}\x1f{task}\x1f{traffic}\x1f{tokens}"
+        f"{row[1]}\x1f{row[2]!r}\x1f{row[3] or ''}\x1f{messages_text or ''}\x1f{format_text or ''}"
+        f"\x1f{tools_text or ''}\x1f{metadata_text}\x1f{row[5]}\x1f{row[6]!r}\x1f{row[7]!r}"
+        f"\x1f{row[8]!r}\x1f{row[9]}\x1f{row[10]}\x1f{row[14]}"
     )
     # single-turn requests hash as before sessions existed: stored traces keep their hash
-    if turn or session_id != request_id:
-        key = f"{key}\x1f{session_id}\x1f{turn}\x1f{think_time!r}"
+    session_id, turn = row[17], row[18]
+    if turn or session_id != row[1]:
+        key = f"{key}\x1f{session_id}\x1f{turn}\x1f{row[19]!r}"
     return key

@@ -113,21 +113,23 @@ class TraceBuilder:
             return
         errors = self.errors
         timing = self.kind == TIMING
+        # bound once: the loop below runs per request
+        assign, accept, build, notes = arrivals.assign, self._accept, self._build, self.ctx.notes
         try:
             for record in self.parser.parse(self.file, self.ctx):
                 if record.output_tokens == 0:
-                    self.ctx.notes["skipped_failed"] += 1
+                    notes["skipped_failed"] += 1
                     continue
-                timed, clock_arrival = arrivals.assign(record, built=self._index)
+                timed, clock_arrival = assign(record, self._index)
                 if not timed:
                     continue
                 if timing:
                     assert opts.pool is not None
                     record_pair(record, pool=opts.pool, seed=opts.seed)
-                accepted = self._accept(record, clock_arrival)
+                accepted = accept(record, clock_arrival)
                 if accepted is None or errors.errors or errors.more:
                     continue
-                built = self._build(record, *accepted, clock_arrival=clock_arrival)
+                built = build(record, accepted, clock_arrival)
                 if built is not None:
                     yield built
         finally:
@@ -197,7 +199,7 @@ class TraceBuilder:
         return problems, request_id, session_id, turn
 
     def _build(
-        self, record: Record, request_id: str, session_id: str, turn: int, *, clock_arrival: float | None
+        self, record: Record, accepted: tuple[str, str, int], clock_arrival: float | None
     ) -> tuple[tuple, tuple] | None:
         """The row and JSON texts of an accepted record, counted into the summary and content hash;
         None (the problem reported) if what it holds cannot be stored."""
@@ -210,7 +212,7 @@ class TraceBuilder:
                 )
                 return None
             data["arrival_s"] = clock_arrival
-        row = self._row(data, request_id=request_id, session_id=session_id, turn=turn)
+        row = self._row(data, *accepted)
         try:
             texts = json_texts(row)
         except NotFiniteError as exc:
@@ -224,7 +226,7 @@ class TraceBuilder:
         self._index += 1
         return row, texts
 
-    def _row(self, data: dict[str, Any], *, request_id: str, session_id: str, turn: int) -> tuple:
+    def _row(self, data: dict[str, Any], request_id: str, session_id: str, turn: int) -> tuple:
         """The record as its columns (``ROW_FIELDS`` order), the import's options applied: prompt tokens
         by its counter, split by its seed, think time by its spec; position and source index are the
         file order (renumbered by arrival afterwards if out of order)."""
@@ -258,35 +260,22 @@ class TraceBuilder:
             index,
             session_id,
             turn,
-            self._think_time(data, session_id=session_id, turn=turn),
+            self._think_time(data, session_id, turn) if turn else 0.0,
         )
 
     def _count(self, row: tuple, key: str) -> None:
         """Add a stored request to the content hash (its key's sha256, summed mod 2**256 at the end:
         file order does not matter), the sort check and the summary."""
         self.content_hash += int.from_bytes(hashlib.sha256(key.encode()).digest(), "big")
-        arrival, _, messages, max_tokens = row[2:6]
-        task, traffic, response_format, tools, _, tokens, split = row[9:16]
+        arrival = row[2]
         if arrival < self._last_arrival:
             self.out_of_order += 1
         else:
             self._last_arrival = arrival
-        self.summary.add(
-            task=task,
-            traffic_class=traffic,
-            split=split,
-            tools=bool(tools),
-            json_schema=bool(response_format and response_format.get("type") == "json_schema"),
-            chat=messages is not None,
-            prompt_tokens=tokens,
-            max_tokens=max_tokens,
-            arrival_s=arrival,
-        )
+        self.summary.add(row)
 
-    def _think_time(self, data: dict[str, Any], *, session_id: str, turn: int) -> float:
-        """Seconds before a later turn is sent, after its previous turn's answer (0 for a first turn)."""
-        if not turn:
-            return 0.0
+    def _think_time(self, data: dict[str, Any], session_id: str, turn: int) -> float:
+        """Seconds before a later turn (``turn`` > 0) is sent, after its previous turn's answer."""
         self.later_turns += 1
         if "think_time_s" in data:
             return float(data["think_time_s"])

@@ -4,7 +4,6 @@ tools, a JSON schema or chat messages, prompt and output lengths (tokens), the a
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,9 +11,9 @@ from typing import Any
 @dataclass
 class Summary:
     count: int = 0
-    tasks: Counter = field(default_factory=Counter)
-    classes: Counter = field(default_factory=Counter)
-    splits: Counter = field(default_factory=Counter)
+    tasks: dict[str, int] = field(default_factory=dict)  # requests per task, in order of first sight
+    classes: dict[str, int] = field(default_factory=dict)
+    splits: dict[str, int] = field(default_factory=dict)
     with_tools: int = 0
     with_schema: int = 0
     chat: int = 0
@@ -25,37 +24,31 @@ class Summary:
     arrival_min: float = math.inf
     arrival_max: float = -math.inf
 
-    def add(
-        self,
-        *,
-        task: str,
-        traffic_class: str,
-        split: str,
-        tools: bool,
-        json_schema: bool,
-        chat: bool,
-        prompt_tokens: int,
-        max_tokens: int,
-        arrival_s: float,
-    ) -> None:
-        """Count one stored request (``prompt_tokens``, ``max_tokens`` in tokens, ``arrival_s`` in s)."""
+    def add(self, row: tuple) -> None:
+        """Count one stored request, its row in ``ROW_FIELDS`` order (tokens, seconds)."""
+        arrival, _, messages, max_tokens = row[2:6]
+        task, traffic, response_format, tools, _, tokens, split = row[9:16]
         self.count += 1
-        self.tasks[task] += 1
-        self.classes[traffic_class] += 1
-        self.splits[split] += 1
-        self.with_tools += tools
-        self.with_schema += json_schema
-        self.chat += chat
-        self.prompt_tokens_sum += prompt_tokens
-        if prompt_tokens > self.prompt_tokens_max:
-            self.prompt_tokens_max = prompt_tokens
+        # plain dicts, not Counters: a subclass's item access is slower, and this runs per request
+        self.tasks[task] = self.tasks.get(task, 0) + 1
+        self.classes[traffic] = self.classes.get(traffic, 0) + 1
+        self.splits[split] = self.splits.get(split, 0) + 1
+        if tools:
+            self.with_tools += 1
+        if response_format and response_format.get("type") == "json_schema":
+            self.with_schema += 1
+        if messages is not None:
+            self.chat += 1
+        self.prompt_tokens_sum += tokens
+        if tokens > self.prompt_tokens_max:
+            self.prompt_tokens_max = tokens
         self.max_tokens_sum += max_tokens
         if max_tokens > self.max_tokens_max:
             self.max_tokens_max = max_tokens
-        if arrival_s < self.arrival_min:
-            self.arrival_min = arrival_s
-        if arrival_s > self.arrival_max:
-            self.arrival_max = arrival_s
+        if arrival < self.arrival_min:
+            self.arrival_min = arrival
+        if arrival > self.arrival_max:
+            self.arrival_max = arrival
 
     def as_dict(self) -> dict[str, Any]:
         n = self.count or 1
@@ -64,9 +57,9 @@ class Summary:
         rate = self.count / span if self.count > 1 and span > 0 else math.nan
         return {
             "requests": self.count,
-            "by_task": dict(self.tasks.most_common()),
-            "by_class": dict(self.classes.most_common()),
-            "by_split": dict(self.splits.most_common()),
+            "by_task": _most_common(self.tasks),
+            "by_class": _most_common(self.classes),
+            "by_split": _most_common(self.splits),
             "with_tools": self.with_tools,
             "with_json_schema": self.with_schema,
             "chat_requests": self.chat,
@@ -77,3 +70,8 @@ class Summary:
             "duration_s": round(span, 3),
             "mean_rate_rps": round(rate, 4) if math.isfinite(rate) else None,
         }
+
+
+def _most_common(counts: dict[str, int]) -> dict[str, int]:
+    """Most frequent first, ties in order of first sight (what ``Counter.most_common`` gives)."""
+    return dict(sorted(counts.items(), key=lambda item: item[1], reverse=True))
