@@ -172,9 +172,9 @@ class TraceBuilder:
         if request_id in self._ids:
             problems.append(("id", f"duplicate id {request_id!r} (ids must be unique within a trace)"))
         session_id = str(data.get("session_id", request_id))
+        if problems:  # the turn may be anything then (the schema said so): it is not read
+            return problems, request_id, session_id, 0
         turn = int(data.get("turn") or 0)
-        if problems:
-            return problems, request_id, session_id, turn
         sessions = self.sessions
         # None: the session's first request (most are), with no turn before it to repeat
         seen = (

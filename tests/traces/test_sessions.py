@@ -272,3 +272,14 @@ def test_it_takes_a_lone_request_as_turn_0_of_the_session_named_after_it(tmp_pat
     trace = Trace.objects.get()
     assert [(r.session_id, r.turn) for r in _requests(trace)] == [("a", 0), ("a", 1)]
     assert trace.summary["sessions"] == 1 and trace.summary["turns_max"] == 2
+
+
+@pytest.mark.parametrize("turn", ["abc", [1], {"n": 1}])
+def test_it_refuses_a_turn_that_is_no_integer_on_its_line_instead_of_crashing(tmp_path, capsys, turn):
+    rows = [{"id": "t", "arrival_s": 0.0, "max_tokens": 8, "prompt": "p", "session_id": "s", "turn": turn}]
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("import_trace", _write(tmp_path, "bad.jsonl", rows))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "bad.jsonl:1: turn:" in err and "nothing was stored" in err, err
+    assert not Trace.objects.exists() and not TraceRequest.objects.exists()
