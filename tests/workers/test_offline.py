@@ -1,5 +1,6 @@
 """Hub access is switched off in one place (workers/offline.py) that every entry point reaches:
-the settings (manage.py, web, worker), an engine or the catalog imported on its own (bench/)."""
+the settings (manage.py, web), the Celery app a worker loads (`celery -A workers.celery`), its
+tasks once Django is set up, an engine or the catalog imported on its own (bench/)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,14 @@ def _probe(imports: str, **env: str) -> str:
 
 @pytest.mark.parametrize(
     "imports",
-    ["import django; django.setup()", "import workers.engines.hf", "import workers.catalog", "import workers.tasks"],
+    [
+        "import django; django.setup()",
+        "import workers.engines.hf",
+        "import workers.catalog",
+        "import workers.celery",
+        # the tasks module reads the console's services at import: a worker reaches it after setup
+        "import django; django.setup(); import workers.tasks",
+    ],
 )
 def test_every_entry_point_runs_offline(imports):
     assert _probe(imports) == "1 1"
