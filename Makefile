@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-TEST_EXTRAS ?= dev,router
+TEST_EXTRAS ?= dev,router,serving
 DEMO_EXTRAS ?= dev
 # The vllm-marked tests run in their own lane (test-vllm) below; --durations lists the 15 slowest tests.
 PYTEST_ARGS ?= -m "not vllm" --durations=15
