@@ -1,6 +1,6 @@
 # Two stages: dependencies are built in `build`, the runtime image gets the virtualenv and only the
 # application's own files (no .env, var/, database or secret key: see .dockerignore), and runs as an
-# unprivileged user. Build the GPU worker image with --build-arg EXTRAS="[vllm]".
+# unprivileged user. Build the GPU worker image with --build-arg EXTRAS="[vllm,gpu]" --build-arg TORCH_INDEX="".
 FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
@@ -8,9 +8,12 @@ COPY pyproject.toml README.md ./
 COPY console console
 COPY workers workers
 ARG EXTRAS=""
-# CPU torch for the web and CPU worker images; the GPU image sets EXTRAS="[vllm]".
+# CPU torch for the web and CPU worker images (PyTorch's CPU index: no CUDA libraries in them).
+# The GPU image sets EXTRAS="[vllm,gpu]" and TORCH_INDEX="": torch then comes from PyPI, whose Linux
+# wheels are the CUDA build that vLLM and the hf engine on CUDA need.
+ARG TORCH_INDEX="https://download.pytorch.org/whl/cpu"
 RUN python -m venv /venv \
- && /venv/bin/pip install --extra-index-url https://download.pytorch.org/whl/cpu -e ".${EXTRAS}"
+ && /venv/bin/pip install ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"} -e ".${EXTRAS}"
 
 FROM python:3.11-slim
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1 \

@@ -7,12 +7,15 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 STRONG_KEY = secrets.token_urlsafe(50)
@@ -230,3 +233,34 @@ def test_it_connects_web_and_workers_as_the_app_role_and_migrates_as_the_owner()
         assert services[name]["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}
     assert _db_user(services["migrate"]["environment"]["DATABASE_URL"]) == "specreview_owner"
     assert "migrate" not in services["web"]["command"]
+
+
+def _pip_install_line(build_args: dict[str, str]) -> str:
+    """The build stage's pip command as bash expands it for these build args (the Dockerfile's
+    ARG defaults for the others): what `docker build` would run, without Docker."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    build = dockerfile.split("\nFROM ", 2)[1]
+    args = dict(re.findall(r'^ARG\s+(\w+)="?([^"\n]*)"?$', build, flags=re.MULTILINE)) | build_args
+    run = re.search(r"^RUN (.*?)(?<!\\)$", build.replace("\\\n", " "), flags=re.MULTILINE | re.DOTALL)
+    assert run, "the build stage has no RUN"
+    pip = next(part for part in run.group(1).split("&&") if "pip install" in part)
+    script = "".join(f"{k}={shlex.quote(v)}; " for k, v in args.items()) + f"echo {pip.strip()}"
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_the_gpu_image_gets_cuda_torch_and_the_others_the_cpu_build():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    gpu_args = compose["services"]["worker-gpu"]["build"]["args"]
+    gpu = _pip_install_line({k: str(v) for k, v in gpu_args.items()})
+    cpu = _pip_install_line({})
+    assert "download.pytorch.org/whl/cpu" in cpu and cpu.endswith('-e .')
+    # PyPI's Linux torch wheels are the CUDA build: the GPU image must not see the CPU index
+    assert "download.pytorch.org/whl/cpu" not in gpu and "vllm" in gpu
+
+
+def test_the_gpu_image_carries_nvml_for_the_telemetry_sampler():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    wanted = compose["services"]["worker-gpu"]["build"]["args"]["EXTRAS"].strip("[]").split(",")
+    assert any(dep.startswith("nvidia-ml-py") for dep in extras["gpu"])
+    assert any(dep.startswith("nvidia-ml-py") for name in wanted for dep in extras[name.strip()])
