@@ -420,3 +420,22 @@ def test_it_chooses_fp32_by_probe_on_this_cpu_then_reuses_the_cache(tmp_path, mo
         assert again.dtype_choice()["probe"] == choice["probe"]
     finally:
         again.stop()
+
+
+@pytest.mark.model
+def test_it_refuses_a_sampled_request_with_a_draft_of_another_tokenizer():
+    # gemma3's 262k vocabulary drafting for smollm2 (49k): universal assisted generation, greedy only
+    engine = HFEngine()
+    engine.start(_config({"method": "draft_model", "model": "gemma3-270m", "num_speculative_tokens": 2}))
+
+    async def go(temperature):
+        request = EngineRequest(request_id="s", max_tokens=2, prompt="1, 2, 3,", temperature=temperature, seed=1)
+        return [c async for c in engine.stream(request)]
+
+    try:
+        assert engine.versions()["draft_tokenizer"].startswith("different")
+        assert sum(len(c.token_ids) for c in asyncio.run(go(0.0))) == 2
+        with pytest.raises(EngineError, match="greedy only"):
+            asyncio.run(go(0.7))
+    finally:
+        engine.stop()

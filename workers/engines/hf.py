@@ -11,8 +11,7 @@ Baseline: plain greedy or seeded sampled decoding. Candidates (vLLM's keys):
   -1 otherwise, reset per request) or "dynamic" (transformers' confidence threshold: the
   draft stops early when its top probability drops below ``draft_confidence_threshold``,
   default 0.4). A draft whose tokenizer differs from the target's runs through
-  transformers' universal assisted generation (greedy) / universal speculative decoding
-  (sampled).
+  transformers' universal assisted generation, greedy only: a sampled request is refused.
 
 Each verification step reaches the consumer as ONE chunk carrying every token it
 accepted, timestamped once with ``time.perf_counter()``, with ``drafted``/``accepted``
@@ -267,6 +266,16 @@ class HFEngine:
         if request.max_tokens < 1:
             raise EngineError(
                 f"request {request.request_id!r}: max_tokens must be >= 1, got {request.max_tokens}"
+            )
+        if request.temperature != 0 and self._draft is not None and not self._same_tokenizer:
+            # transformers' universal speculative decoding (sampling across vocabularies) does not
+            # keep the target's distribution in general, and its acceptance cannot be counted at
+            # the seam: refused, not run as a quietly different experiment.
+            raise EngineError(
+                f"request {request.request_id!r} samples (temperature {request.temperature:g}), but the "
+                f"draft {self._info.get('draft_model')!r} has another tokenizer than the target: the hf "
+                "engine runs cross-vocabulary drafts greedy only (temperature 0); use a draft of the "
+                "target's tokenizer family, or greedy sampling for this experiment"
             )
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
