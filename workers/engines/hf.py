@@ -268,9 +268,8 @@ class HFEngine:
                 f"request {request.request_id!r}: max_tokens must be >= 1, got {request.max_tokens}"
             )
         if request.temperature != 0 and self._draft is not None and not self._same_tokenizer:
-            # transformers' universal speculative decoding (sampling across vocabularies) does not
-            # keep the target's distribution in general, and its acceptance cannot be counted at
-            # the seam: refused, not run as a quietly different experiment.
+            # Sampling across vocabularies (universal speculative decoding) cannot be counted at
+            # the seam nor trusted to keep the target's distribution: refused, not run quietly.
             raise EngineError(
                 f"request {request.request_id!r} samples (temperature {request.temperature:g}), but the "
                 f"draft {self._info.get('draft_model')!r} has another tokenizer than the target: the hf "
