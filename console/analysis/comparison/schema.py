@@ -532,13 +532,14 @@ class SpeculationRow(Record):
     is_baseline: bool
     speculative: bool | None  # configured to speculate; None: labels unknown
     server: ServerAcceptance | None  # None unless every run had the server's totals
-    source: str | None  # speculation.PER_REQUEST or RUN_LEVEL; None: not measured
+    source: str | None  # a source constant of .speculation (PER_REQUEST, RUN_LEVEL, ...); None: not measured
     drafts: int | None
     drafted: int | None
     accepted: int | None
     acceptance_rate: Value
     mean_acceptance_length: Value
     rate_per_draft_by_position: tuple[float, ...] | None
+    drafted_evidence: bool | None = None  # the evidence shows drafting; None: unknown
     did_not_speculate: bool
     reason: str | None
 

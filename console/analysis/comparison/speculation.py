@@ -6,8 +6,13 @@ evidence there is.
   detailed``), reduced by :func:`console.analysis.acceptance.steps_flatten` like every other
   acceptance table.
 - **run-level (server counters)**: the spec-decode counter deltas the run scraped from the
-  server's ``/metrics`` (the ``openai`` engine against vLLM, SGLang or TensorRT-LLM), summed
-  over the group's runs. Used only when no request of the group recorded steps.
+  server's ``/metrics`` (the ``openai`` engine against vLLM), summed over the group's runs.
+  Used only when no request of the group recorded steps. **run-level (summed iteration
+  statistics)**: the same from TensorRT-LLM's per-iteration statistics, polled through the run.
+- **run-level (sampled server gauges)**: SGLang's acceptance-length gauge sampled through the
+  run: a mean acceptance length, no counts (``drafts`` None, so not flagged from it) unless the
+  server says it runs no speculative algorithm (then 0). ``drafted_evidence`` says whether the
+  evidence shows drafting, whichever the source.
 - neither: not measured (a server without spec-decode counters, or a page it could not read).
 
 A candidate arm labelled speculative (a ``speculative_config``) whose evidence shows no draft
@@ -24,11 +29,19 @@ from typing import Any
 
 import pandas as pd
 
-from console.analysis.acceptance import server_acceptance, server_counters_sum
+from console.analysis.acceptance import (
+    SUMMED_ITERATIONS,
+    server_acceptance,
+    server_counters_sum,
+    server_sampled_acceptance,
+    server_totals_source,
+)
 from console.jsonutil import json_safe
 
 PER_REQUEST = "per-request"
 RUN_LEVEL = "run-level (server counters)"
+RUN_LEVEL_ITERATIONS = "run-level (summed iteration statistics)"
+RUN_LEVEL_SAMPLED = "run-level (sampled server gauges)"
 NOT_SPECULATING = "server did not speculate"
 
 
@@ -41,10 +54,12 @@ def speculation_rows(
     speculative_arms: Collection[str] | None,
 ) -> list[dict[str, Any]]:
     """One row per arm x load: ``arm``, ``load``, ``is_baseline``, ``speculative`` (labelled so;
-    None when the labels are unknown), ``source`` (``PER_REQUEST``, ``RUN_LEVEL`` or None),
+    None when the labels are unknown), ``source`` (``PER_REQUEST``, ``RUN_LEVEL``, ``RUN_LEVEL_ITERATIONS``,
+    ``RUN_LEVEL_SAMPLED`` or None),
     ``drafts``, ``drafted``, ``accepted`` (tokens), ``acceptance_rate``,
     ``mean_acceptance_length``, ``rate_per_draft_by_position`` (list, position 1 first),
     ``server`` (the run-level totals when every run has them, else None),
+    ``drafted_evidence`` (whether the evidence shows drafting; None: unknown),
     ``did_not_speculate`` and ``reason``.
 
     ``request_steps`` is :func:`console.analysis.acceptance.steps_per_request` over ``derived``'s
@@ -63,6 +78,7 @@ def speculation_rows(
         mine = steps[(steps["arm"] == arm) & (steps["load"] == load)]
         run_ids = sorted(group["run_id"].unique())
         server = server_counters_sum([counters.get(r) for r in run_ids])
+        sampled = server_sampled_acceptance([counters.get(r) for r in run_ids]) if server is None else None
         row: dict[str, Any] = {
             "arm": arm,
             "load": load,
@@ -82,10 +98,14 @@ def speculation_rows(
                 "rate_per_draft_by_position": None,  # in acceptance.by_position, with the conditional rate
             }
         elif server is not None:
-            row |= {"source": RUN_LEVEL} | server_acceptance(server)
+            iterations = server_totals_source([counters.get(r) for r in run_ids]) == SUMMED_ITERATIONS
+            row |= {"source": RUN_LEVEL_ITERATIONS if iterations else RUN_LEVEL} | server_acceptance(server)
+        elif sampled is not None:
+            row |= {"source": RUN_LEVEL_SAMPLED} | sampled
         else:
             row |= {"source": None, "drafts": None, "drafted": None, "accepted": None}
             row |= {"acceptance_rate": None, "mean_acceptance_length": None, "rate_per_draft_by_position": None}
+        row.setdefault("drafted_evidence", None if row["drafts"] is None else row["drafts"] > 0)
         flagged = bool(row["speculative"]) and row["source"] is not None and row["drafts"] == 0
         row["did_not_speculate"] = flagged
         row["reason"] = (
