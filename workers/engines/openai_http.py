@@ -301,9 +301,10 @@ class OpenAIEngine:
         return self._metrics.counters(text=text)
 
     def kv_state(self) -> dict[str, Any]:
-        """The server's KV-cache state now, from its /metrics (see :func:`.openai_metrics.prometheus_kv_state`);
-        ``{}`` where there is no metrics page or it does not answer (the sampler skips it). Each
-        read also feeds the run's sampled spec gauges (SGLang) or iteration sums (TensorRT-LLM)."""
+        """The server's KV-cache state now, from its /metrics (see
+        :func:`.openai_metrics.prometheus_kv_state`); ``{}`` where there is no metrics page or it
+        does not answer (the sampler skips it). Each read also feeds the run's sampled spec
+        gauges (SGLang) or iteration sums (TensorRT-LLM)."""
         text, _ = self._scrape(timeout_s=5)
         return self._metrics.kv_state(text=text) if text is not None else {}
 

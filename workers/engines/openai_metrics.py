@@ -284,6 +284,10 @@ class MetricsWindow:
     ``counters`` (and the one ``counters`` reads) become ``spec_sampled``
     (:func:`.server_metrics_sglang.sampled_gauge_summary`); TensorRT-LLM's iteration lists are
     summed by every read. Thread-safe: the sampler reads from its own thread.
+
+    A gauge holds its last interval's value until the next: each reading counts once, so the
+    mean is over time, and the sampler's first read (before the first request is sent) carries
+    the server's last interval before the run (the warm-up's, on the same server and config).
     """
 
     def __init__(self) -> None:
