@@ -306,7 +306,7 @@ class Costs(Record):
     cost_usd: float
     successes: int
     peak_memory_bytes: Number | None
-    mean_util: Value  # 0..1; None: not measured (no accelerator sampled)
+    mean_util: Value  # percent 0-100 (NVML); None: not measured (no accelerator sampled)
     energy_cost_included: bool
     energy_j: Value  # None: not measured by every run
     cost_per_success_usd: Value
