@@ -15,7 +15,6 @@ from console.experiments.models import Run, ServingConfig
 from console.experiments.services import experiment_create
 from tests.experiments.factories import trace_make
 from tests.workers.echo_server import PADDING, echo_server
-from workers.engines import EngineError
 from workers.execution import run_execute
 
 pytestmark = pytest.mark.django_db

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from console.analysis.quality import tool_call_check
 from console.env import SettingsError, envopenai_servers
 from workers.engines.base import EngineConfig, EngineError, EngineRequest
+from workers.engines.openai_http import OpenAIEngine
 from workers.engines.openai_stream import (
     StreamStats,
     error_message,
@@ -122,7 +125,9 @@ def test_it_keeps_the_name_of_a_streamed_tool_call_so_the_validity_check_sees_it
 
 def test_it_keeps_every_call_of_a_parallel_tool_call_and_a_call_without_arguments():
     lines = _events(
-        _delta(tool_calls=[{"index": 0, "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]),
+        _delta(
+            tool_calls=[{"index": 0, "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]
+        ),
         _delta(tool_calls=[{"index": 1, "function": {"name": "get_time"}}]),
         _delta(finish="tool_calls"),
     )
@@ -137,7 +142,11 @@ def test_it_keeps_every_call_of_a_parallel_tool_call_and_a_call_without_argument
     [
         ({"detail": "Unexpected fields in the request: {'return_token_ids'}"}, ["return_token_ids"]),
         (
-            {"detail": [{"type": "extra_forbidden", "loc": ["body", "return_token_ids"], "msg": "Extra inputs"}]},
+            {
+                "detail": [
+                    {"type": "extra_forbidden", "loc": ["body", "return_token_ids"], "msg": "Extra inputs"}
+                ]
+            },
             ["return_token_ids"],
         ),
         (
@@ -152,7 +161,10 @@ def test_it_keeps_every_call_of_a_parallel_tool_call_and_a_call_without_argument
             },
             ["stream_options.continuous_usage_stats"],
         ),
-        ({"error": {"message": "Unrecognized request argument supplied: return_token_ids"}}, ["return_token_ids"]),
+        (
+            {"error": {"message": "Unrecognized request argument supplied: return_token_ids"}},
+            ["return_token_ids"],
+        ),
         ({"detail": [{"type": "less_than_equal", "loc": ["body", "temperature"], "msg": "too big"}]}, []),
         ({"error": {"message": "model not found"}}, []),
     ],
@@ -176,3 +188,64 @@ def test_it_reads_a_servers_kind_from_its_registration(monkeypatch):
     monkeypatch.setenv("S", json.dumps({"a": {"url": "http://h:1/v1", "kind": "sglang"}}))
     with pytest.raises(SettingsError, match="kind must be one of"):
         envopenai_servers("S", credentials={})
+
+
+class _Probed(BaseHTTPRequestHandler):
+    """A server with a model list and a metrics page (vLLM's when ``vllm``), but no /version."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.server.paths.append(self.path)  # type: ignore[attr-defined]
+        pages = {
+            "/v1/models": json.dumps({"data": [{"id": "m"}]}),
+            "/metrics": "vllm:num_requests_running 0\n"
+            if self.server.vllm
+            else "process_cpu_seconds_total 1\n",  # type: ignore[attr-defined]
+        }
+        body = pages.get(self.path, '{"detail": "Not Found"}').encode()
+        self.send_response(200 if self.path in pages else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def probed():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Probed)
+    httpd.paths, httpd.vllm = [], True  # type: ignore[attr-defined]
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _started(url: str) -> OpenAIEngine:
+    engine = OpenAIEngine()
+    engine.start(EngineConfig(engine="openai", target_model="m", engine_args={"base_url": url}))
+    return engine
+
+
+def test_it_detects_vllm_from_a_vllm_sample_on_its_metrics_page(probed, openai_register):
+    httpd, url = probed
+    openai_register(url)
+    engine = _started(url)
+    assert (engine.versions()["server_kind"], engine.versions()["server_kind_source"]) == ("vllm", "/metrics")
+    assert engine.request_body(request=EngineRequest(request_id="r", max_tokens=1, prompt="x"))[1][
+        "return_token_ids"
+    ]
+    httpd.vllm = False
+    assert _started(url).versions()["server_kind"] == "unknown"
+
+
+def test_it_never_probes_a_server_registered_as_plain_openai(probed, openai_register, settings):
+    httpd, url = probed
+    openai_register(url)
+    settings.SPECREVIEW_OPENAI_SERVERS = {"test": {"url": url, "credential": "", "kind": "openai"}}
+    engine = _started(url)
+    assert engine.versions()["server_kind_source"] == "registration" and httpd.paths == ["/v1/models"]
+    assert (
+        "return_token_ids" not in engine.request_body(request=EngineRequest(request_id="r", max_tokens=1))[1]
+    )
