@@ -249,3 +249,16 @@ def test_it_never_probes_a_server_registered_as_plain_openai(probed, openai_regi
     assert (
         "return_token_ids" not in engine.request_body(request=EngineRequest(request_id="r", max_tokens=1))[1]
     )
+
+
+def test_it_counts_one_token_per_event_when_the_server_sends_no_counts_and_lets_the_total_correct_it():
+    stats = StreamStats()
+    lines = _events(
+        _delta(content="Hel"),
+        _delta(content="lo"),
+        _delta(finish="length", usage={"prompt_tokens": 3, "completion_tokens": 4}),
+        done=False,
+    )
+    chunks = _parse(lines, stats)
+    assert [c.num_tokens for c in chunks] == [1, 1, 2] and stats.estimated_counts == 1
+    assert chunks[-1].prompt_tokens == 3

@@ -21,6 +21,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from console.analysis.comparison.schema import summary_load
+from console.analysis.selectors import comparison_for_experiment, comparison_state
+from console.decisions import gate
+from console.experiments.models import Experiment, Run
+from console.experiments.services import experiment_create, experiment_start
+from console.results.models import RequestResult
+from tests.conftest import wait_for
+from tests.experiments.factories import trace_make
 from workers.catalog.resolve import model_resolve
 from workers.engines.base import EngineConfig, EngineError, EngineRequest
 from workers.engines.openai_http import OpenAIEngine
@@ -166,3 +174,63 @@ def test_it_replays_requests_with_the_default_engine_args_and_measures_no_accept
     assert result.versions["server_kind"] == "unknown"
     told, _, rest = result.versions["stream_end"].partition(" of ")
     assert rest.startswith(f"{told} streams ended after finish_reason without [DONE]") and int(told) >= 3
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_runs_an_experiment_through_a_real_worker_and_the_gate_says_why_it_cannot_pass(
+    served, celery_worker_proc, engineer
+):
+    """Baseline, an A/A twin and a candidate claiming n-gram, against a server that measures no
+    acceptance: every run completes, the candidate's acceptance is not measured, and the gate
+    does not pass, saying why."""
+    _, model = served
+    n = 4
+    prompts = ["The capital of France is", "def add(a, b):", "One, two, three,", "Hello, my name is"]
+    experiment = experiment_create(
+        name="transformers serve",
+        trace=trace_make(name="ts", prompts=prompts[:n], arrivals=[0.2 * i for i in range(n)], max_tokens=3),
+        engine="openai",
+        target_model=model,
+        baseline_engine_args={"server": "test"},
+        candidates=[
+            {"speculative_config": None, "label": "baseline again"},
+            {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}, "label": "ngram"},
+        ],
+        load_levels="1x",
+        repeats=1,
+        warmup=0,
+        sampling="greedy",
+        created_by=engineer,
+    )
+    experiment_start(experiment=experiment)
+    wait_for(
+        lambda: Experiment.objects.get(pk=experiment.pk).status != "running",
+        timeout=300,
+        what="experiment end",
+    )
+    runs = list(Run.objects.filter(experiment=experiment).select_related("arm"))
+    assert len(runs) == 3 and all(r.status == "done" for r in runs), [
+        (r.arm.label, r.status, r.error) for r in runs
+    ]
+    for run in runs:
+        assert run.versions["server_kind"] == "unknown" and "without [DONE]" in run.versions["stream_end"]
+        rows = list(RequestResult.objects.filter(run=run))
+        assert len(rows) == n and all(not r.error and r.output_text and r.drafted == [] for r in rows)
+    try:
+        wait_for(lambda: comparison_state(experiment=experiment) == "ready", timeout=60, what="comparison")
+    except AssertionError:
+        log = Path(celery_worker_proc.log_path).read_text()
+        raise AssertionError(f"{comparison_state(experiment=experiment)}: {log[-4000:]}") from None
+    summary = summary_load(comparison_for_experiment(experiment=experiment))
+    # The candidate claims n-gram; the server tells nothing of drafts: not measured, not "none".
+    ngram = next(row for row in summary.speculation if row.arm == "ngram")
+    assert ngram.speculative and ngram.source is None and ngram.drafted is None, ngram
+    assert not ngram.did_not_speculate and ngram.acceptance_rate is None
+    facts = gate.gate_facts_from_summary(summary, candidate_arm="ngram", traffic_class="interactive")
+    result = gate.gate_evaluate(facts, None, traffic_class="interactive")
+    assert result["overall"] != "pass"
+    why = {c["key"]: (c["status"], c["summary"]) for c in result["criteria"] if c["status"] != "pass"}
+    assert why and all(reason for _, reason in why.values()), why
+    # With 4 requests and one repeat, the benefit cannot be measured; the gate says so.
+    assert why["latency_benefit"][0] == "not_measured" and "repeats" in why["latency_benefit"][1]

@@ -16,8 +16,9 @@ What the server does not send, the engine cannot know:
   ``continuous_usage_stats`` override the kind either way. ``versions()`` records the kind
   (``server_kind``) and where it came from (``server_kind_source``).
 - token ids per chunk need vLLM's ``return_token_ids``. Without ids, the token count per chunk
-  comes from vLLM's ``continuous_usage_stats``; without either, only the total from the final
-  ``usage`` is known and per-chunk counts are ``None``.
+  comes from vLLM's ``continuous_usage_stats``; without either, each event with text counts as
+  one token and the final ``usage`` total corrects the sum (``versions()["chunk_tokens"]`` says
+  the counts are estimates).
 - drafted/accepted per step come only from vLLM's per-request spec-decode metrics (``vllm
   serve --per-request-spec-decode-metrics detailed``): the last event of a stream carries
   ``metrics.speculative_decoding`` with ``per_step_drafted``/``per_step_accepted``, and the
@@ -363,5 +364,11 @@ class OpenAIEngine:
             out["stream_end"] = (
                 f"{stats.ended_without_done} of {stats.streams} streams ended after finish_reason "
                 "without [DONE]"
+            )
+        if stats.estimated_counts:
+            out["chunk_tokens"] = (
+                f"estimated in {stats.estimated_counts} of {stats.streams} streams: one token per "
+                "event, the final usage's total corrects the sum (the server sent no token ids or "
+                "running counts)"
             )
         return out

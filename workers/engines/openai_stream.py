@@ -34,7 +34,8 @@ TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
 class OpenAIChunk(Chunk):
     """A Chunk that also says how many tokens it holds when the server sent counts but no ids.
 
-    ``num_tokens`` is ``None`` when the server told neither (see the openai_http module docstring).
+    When the server told neither, ``num_tokens`` is an estimate: one per event with text, the final
+    usage's total correcting the sum (see the openai_http module docstring).
     """
 
     num_tokens: int | None = None
@@ -48,6 +49,7 @@ class StreamStats:
 
     streams: int = 0
     ended_without_done: int = 0
+    estimated_counts: int = 0  # streams whose per-chunk token counts are estimates (no ids, no running count)
 
 
 # The fields this engine sends that a server may refuse, and how to switch each off.
@@ -211,6 +213,7 @@ async def sse_chunks(
             yield chunk
     if stats is not None:
         stats.streams += 1
+        stats.estimated_counts += tally.estimated
     if ending["done"]:
         return
     if not tally.finished:
@@ -266,6 +269,7 @@ class _Tally:
         self.open_call: Any = None  # the index of the streamed tool call whose text is open
         self.call_args = False  # the open call has had argument text
         self.calls = 0
+        self.estimated = False  # some chunk's token count is the one-per-event estimate
 
     def chunks(self, *, event: dict[str, Any], data: str, t: float) -> Iterator[OpenAIChunk]:
         url = self.url
@@ -307,10 +311,16 @@ class _Tally:
         if isinstance(token_ids, list):
             num_tokens: int | None = len(token_ids)
         elif "completion_tokens" in usage:
-            num_tokens = int(usage["completion_tokens"]) - self.tokens_so_far
+            # A running count, or a plain server's final total reconciling the estimates below.
+            num_tokens = max(int(usage["completion_tokens"]) - self.tokens_so_far, 0)
             token_ids = []
         else:
-            num_tokens, token_ids = None, []
+            # Neither ids nor a running count (a plain OpenAI server): one token per event with
+            # text, as servers that stream token by token send them; the final usage's total
+            # then corrects the sum. The analysis needs a count per chunk, never a hole.
+            num_tokens, token_ids = (1 if text else 0), []
+            self.estimated = True
+            self.tokens_so_far += num_tokens
         if "completion_tokens" in usage:
             self.tokens_so_far = int(usage["completion_tokens"])
         if not text and not num_tokens and finish is None:
