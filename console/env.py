@@ -189,6 +189,10 @@ def envcredentials(name: str) -> dict[str, dict[str, str]]:
     return out
 
 
+# What a registered server understands beyond plain OpenAI (workers.engines.servers.SERVER_KINDS).
+OPENAI_SERVER_KINDS = ("vllm", "openai")
+
+
 def envopenai_servers(name: str, *, credentials: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
     """The OpenAI-compatible servers an operator lets experiments reach.
 
@@ -196,7 +200,8 @@ def envopenai_servers(name: str, *, credentials: dict[str, dict[str, str]]) -> d
     "local": "http://127.0.0.1:8000/v1"}`` (a bare string is a server without a key), or the
     short form ``local=http://127.0.0.1:8000/v1,other=...`` for servers without keys. Returns
     ``{server_name: {"url": url, "credential": name or ""}}``; a credential must be one of
-    ``credentials`` (SPECREVIEW_OPENAI_CREDENTIALS).
+    ``credentials`` (SPECREVIEW_OPENAI_CREDENTIALS). An optional ``"kind"`` (``vllm`` |
+    ``openai``) says what the server understands; without it the engine detects it at start.
     """
     value = _raw(name)
     if value is None:
@@ -229,7 +234,7 @@ def envopenai_servers(name: str, *, credentials: dict[str, dict[str, str]]) -> d
             raise SettingsError(f"{name}: {key!r} is not a server name (letters, digits, _ . -)")
         if isinstance(entry, str):
             entry = {"url": entry}
-        if not isinstance(entry, dict) or set(entry) - {"url", "credential"}:
+        if not isinstance(entry, dict) or set(entry) - {"url", "credential", "kind"}:
             raise SettingsError(f'{name}: server {key!r} must be a URL or {{"url": ..., "credential": ...}}')
         url = entry.get("url")
         if not isinstance(url, str):
@@ -249,6 +254,13 @@ def envopenai_servers(name: str, *, credentials: dict[str, dict[str, str]]) -> d
                 f"SPECREVIEW_OPENAI_CREDENTIALS does not define"
             )
         out[key] = {"url": url.rstrip("/"), "credential": credential}
+        if entry.get("kind") is not None:
+            if entry["kind"] not in OPENAI_SERVER_KINDS:
+                raise SettingsError(
+                    f"{name}: server {key!r} kind must be one of {list(OPENAI_SERVER_KINDS)}, "
+                    f"got {entry['kind']!r}"
+                )
+            out[key]["kind"] = entry["kind"]
     return out
 ENVIRONMENTS = ("development", "production")
 

@@ -329,7 +329,12 @@ def _results_store(*, run_id: int, token: str, pairs: list, result: ReplayResult
         "counters": {**result.counters_delta, **({"kv": tele["kv"]} if tele.get("kv") else {})},
         "samples": tele.get("samples", []),
     }
-    if not run_update(run_id=run_id, token=token, prompt_tokens=_prompt_tokens(result.records, by_key)):
+    # The engine's versions again at the end: what it learnt while serving (the openai engine's
+    # streams that ended without [DONE]) joins what it said at start.
+    versions = {"versions": result.versions} if result.versions else {}
+    if not run_update(
+        run_id=run_id, token=token, prompt_tokens=_prompt_tokens(result.records, by_key), **versions
+    ):
         log.warning("run %s: claim lost before the results were stored; nothing written", run_id)
         return "lost"
     for attempt in range(1, WRITE_TRIES + 1):

@@ -2,8 +2,8 @@
 
 It speaks just enough HTTP/1.1 (keep-alive, chunked Server-Sent Events) to serve
 ``/v1/completions`` and ``/v1/chat/completions`` the way vLLM's server does, plus
-``/v1/models``, ``/health`` and a Prometheus ``/metrics`` with vLLM's spec-decode counter
-names. It is written on bare asyncio streams, with no web framework, so that its own
+``/v1/models``, ``/health``, ``/version`` (as vLLM answers it, so the openai engine takes it
+for vLLM) and a Prometheus ``/metrics`` with vLLM's spec-decode counter names. It is written on bare asyncio streams, with no web framework, so that its own
 overhead is small and known: the timestamps it records are what the benchmarks trust.
 
 Two modes:
@@ -281,6 +281,8 @@ class StreamServer:
     ) -> bool:
         if method == "GET" and path in ("/health", "/ping"):
             await self._send(writer, 200, b"", "text/plain")
+        elif method == "GET" and path == "/version":
+            await self._send(writer, 200, {"version": "stream-server"}, "application/json")
         elif method == "GET" and path == "/v1/models":
             models = {
                 "object": "list",

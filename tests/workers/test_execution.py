@@ -15,7 +15,6 @@ from console.experiments.models import Run, ServingConfig
 from console.experiments.services import experiment_create
 from tests.experiments.factories import trace_make
 from tests.workers.echo_server import PADDING, echo_server
-from workers.engines import EngineError
 from workers.execution import run_execute
 
 pytestmark = pytest.mark.django_db
@@ -63,6 +62,7 @@ def test_it_refuses_a_stored_config_that_names_a_worker_variable_and_never_conne
     assert "hunter2" not in run.error
 
 
+@pytest.mark.django_db(transaction=True)  # the replay's heartbeat reads the claim on its own connection
 def test_it_stores_a_servers_error_cut_and_without_the_key_it_echoed(openai_register, monkeypatch):
     key = "prod-9f8e7d6c5b4a3210"
     monkeypatch.setenv("SPECREVIEW_ECHO_KEY", key)
@@ -70,17 +70,12 @@ def test_it_stores_a_servers_error_cut_and_without_the_key_it_echoed(openai_regi
         openai_register(url, name="echo", credential_env="SPECREVIEW_ECHO_KEY")
         experiment = _experiment(url)
         run = experiment.runs.get(arm__is_baseline=True)
-        # /models answers 500 (transient): two retries go back to queued, the third fails.
-        for _ in range(2):
-            with pytest.raises(EngineError):
-                run_execute(run_id=run.pk)
-            run.refresh_from_db()
-            assert run.status == Run.Status.QUEUED and run.error.startswith("retrying: 500 from")
-            assert key not in run.error and "[redacted]" in run.error
+        # /models answers 500: noted, not fatal (some servers fail it and serve completions);
+        # every request then gets the 500, and the run fails saying what the server said.
         assert run_execute(run_id=run.pk) == "failed"
     assert seen and all(h == f"Bearer {key}" for h in seen)
     run.refresh_from_db()
-    assert run.status == Run.Status.FAILED and run.attempt == 3
+    assert run.status == Run.Status.FAILED and "500 from" in run.error
     assert key not in run.error and "[redacted]" in run.error and PADDING not in run.error
     assert len(run.error.encode()) < 2300
 

@@ -8,10 +8,17 @@ run records deltas.
 
 What the server does not send, the engine cannot know:
 
-- token ids per chunk need vLLM's ``return_token_ids`` (sent by default; set
-  ``return_token_ids: false`` for servers that refuse unknown fields). Without ids, the
-  token count per chunk comes from vLLM's ``continuous_usage_stats``; without either, only
-  the total from the final ``usage`` is known and per-chunk counts are ``None``.
+- what is sent depends on the server's kind: plain OpenAI to every server; vLLM's
+  extensions (``return_token_ids``, ``stream_options.continuous_usage_stats``) only to a
+  server known to be vLLM: registered with ``"kind": "vllm"``, or detected at start from its
+  ``/version`` (``{"version": ...}``) or a ``vllm:`` sample on its ``/metrics``. A server
+  registered with ``"kind": "openai"`` is never probed. ``engine_args.return_token_ids`` /
+  ``continuous_usage_stats`` override the kind either way. ``versions()`` records the kind
+  (``server_kind``) and where it came from (``server_kind_source``).
+- token ids per chunk need vLLM's ``return_token_ids``. Without ids, the token count per chunk
+  comes from vLLM's ``continuous_usage_stats``; without either, each event with text counts as
+  one token and the final ``usage`` total corrects the sum (``versions()["chunk_tokens"]`` says
+  the counts are estimates).
 - drafted/accepted per step come only from vLLM's per-request spec-decode metrics (``vllm
   serve --per-request-spec-decode-metrics detailed``): the last event of a stream carries
   ``metrics.speculative_decoding`` with ``per_step_drafted``/``per_step_accepted``, and the
@@ -36,7 +43,9 @@ silence while streaming, default 600), ``connect_timeout_s`` (default 10), ``met
 other value must be on the server's own scheme, host and port),
 ``max_connections`` (default: no cap), ``return_token_ids`` (default true),
 ``continuous_usage_stats`` (default true), ``extra_body`` (merged into every request body),
-``check_server`` (default true: ``start()`` lists the server's models).
+``check_server`` (default true: ``start()`` lists the server's models and detects its kind; a
+``/v1/models`` that answers 404, 5xx or something unparsable is noted in ``versions()`` as
+``models_check``, not fatal: only a refused key and a model the server does not serve are).
 
 This module is the engine's lifecycle and transport choice; its parts each have a module:
 ``openai_config`` (which configs are accepted), ``openai_stream`` (request bodies, SSE parsing,
@@ -48,6 +57,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -59,8 +70,13 @@ from .base import Chunk, EngineConfig, EngineError, EngineRequest
 from .openai_config import openai_config_validate
 from .openai_metrics import MetricsWindow
 from .openai_pool import Pool
-from .openai_stream import TRANSIENT_STATUS, error_message, request_body_build, sse_chunks
+from .openai_stream import TRANSIENT_STATUS, StreamStats, error_message, request_body_build, sse_chunks
 from .servers import credential_value
+
+log = logging.getLogger(__name__)
+
+# Any sample of vLLM's own metric families on a Prometheus page.
+_VLLM_SAMPLE = re.compile(r"^vllm:\w+", re.MULTILINE)
 
 
 class OpenAIEngine:
@@ -75,6 +91,10 @@ class OpenAIEngine:
         self._pool: Pool | None = None
         self._pool_loop: asyncio.AbstractEventLoop | None = None
         self._server: dict[str, str] = {}
+        self._server_kind = "unknown"  # vllm | openai | unknown (plain OpenAI is sent)
+        self._server_kind_source = "not checked"
+        self._models_check: str | None = None
+        self._stream_stats = StreamStats()
 
     @classmethod
     def validate(cls, config: EngineConfig) -> dict[str, str]:
@@ -93,9 +113,15 @@ class OpenAIEngine:
         # must not reach an unregistered address either.
         self._server = openai_config_validate(config=config)
         self.config = config
-        args = config.engine_args
-        if args.get("check_server", True):
+        self._stream_stats = StreamStats()
+        self._models_check = None
+        registered = self._server.get("kind")
+        self._server_kind = registered or "unknown"
+        self._server_kind_source = "registration" if registered else "not checked"
+        if config.engine_args.get("check_server", True):
             self._check_server()
+            if not registered:
+                self._server_kind, self._server_kind_source = self._kind_detect()
 
     def _args(self) -> dict[str, Any]:
         if self.config is None:
@@ -125,6 +151,10 @@ class OpenAIEngine:
         return httpx.Timeout(read, connect=float(args.get("connect_timeout_s", 10)))
 
     def _check_server(self) -> None:
+        """List the server's models: a refused key or another model is permanent, no answer is
+        transient; any other failure of ``/v1/models`` (404, 5xx, not JSON) is noted and passed
+        over, since some servers fail it while serving completions (``transformers serve``
+        answers 500 when no hub cache folder exists)."""
         url = f"{self.base_url}/models"
         try:
             response = httpx.get(url, headers=self._headers(), timeout=self._timeout())
@@ -132,16 +162,14 @@ class OpenAIEngine:
             raise EngineError(f"cannot reach the server at {url}: {exc}", transient=True) from exc
         if response.status_code in (401, 403):
             raise EngineError(f"the server at {url} refused the API key: {error_message(response.content)}")
-        if response.status_code == 404:
-            return  # some servers have no /models; the first request will tell
         if response.status_code >= 400:
-            raise EngineError(
-                f"{response.status_code} from {url}: {error_message(response.content)}",
-                transient=response.status_code in TRANSIENT_STATUS,
-            )
+            self._models_check = f"HTTP {response.status_code}: {error_message(response.content)[:200]}"
+            log.warning("%s answered %s; the first request will tell", url, self._models_check)
+            return
         try:
             served = [m.get("id") for m in response.json().get("data", [])]
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, TypeError):
+            self._models_check = "not a model list"
             return
         assert self.config is not None
         if served and self.config.target_model not in served:
@@ -149,12 +177,28 @@ class OpenAIEngine:
                 f"the server at {self.base_url} serves {served}, not {self.config.target_model!r}; "
                 "set target_model to the name the server uses"
             )
+
+    def _kind_detect(self) -> tuple[str, str]:
+        """(kind, where it came from): ``vllm`` when ``/version`` answers ``{"version": ...}`` or
+        the metrics page has a ``vllm:`` sample; else ``unknown``. Never fails the start."""
+        root = self.base_url.removesuffix("/v1")
         try:
-            version = httpx.get(self.base_url.removesuffix("/v1") + "/version", timeout=self._timeout())
-            if version.status_code == 200:
-                self._server_version = str(version.json().get("version"))
-        except (httpx.HTTPError, ValueError, AttributeError):
+            version = httpx.get(root + "/version", headers=self._headers(), timeout=self._timeout())
+            body = version.json() if version.status_code == 200 else None
+            if isinstance(body, dict) and body.get("version"):
+                self._server_version = str(body["version"])
+                return "vllm", "/version"
+        except (httpx.HTTPError, ValueError):
             pass
+        url = self.metrics_url
+        if url:
+            try:
+                page = httpx.get(url, headers=self._headers(), timeout=self._timeout())
+                if page.status_code == 200 and _VLLM_SAMPLE.search(page.text):
+                    return "vllm", "/metrics"
+            except httpx.HTTPError:
+                pass
+        return "unknown", "detected: not vLLM"
 
     def _client_here(self) -> httpx.AsyncClient:
         # An AsyncClient belongs to the event loop that opened its connections; each replay
@@ -198,7 +242,9 @@ class OpenAIEngine:
         """The URL and JSON body for one request (public so tests can see what is sent)."""
         self._args()
         assert self.config is not None
-        return request_body_build(config=self.config, base_url=self.base_url, request=request)
+        return request_body_build(
+            config=self.config, base_url=self.base_url, request=request, server_kind=self._server_kind
+        )
 
     async def stream(self, request: EngineRequest) -> AsyncIterator[Chunk]:
         """Yield one chunk per SSE event with output; a last empty chunk carries the finish reason
@@ -210,7 +256,7 @@ class OpenAIEngine:
         else:
             lines = self._lines_native(url=url, body=body, request_id=request.request_id)
         try:
-            async for chunk in sse_chunks(lines=lines, url=url):
+            async for chunk in sse_chunks(lines=lines, url=url, stats=self._stream_stats):
                 yield chunk
         finally:
             # Close the line reader now, not at garbage collection: its connection goes back
@@ -319,4 +365,23 @@ class OpenAIEngine:
             out["server_url"] = self._server["url"]  # registered, so it carries no credentials
         if self._server_version:
             out["server"] = self._server_version
+        if self._server:
+            out["server_kind"] = self._server_kind
+            out["server_kind_source"] = self._server_kind_source
+        if self._models_check:
+            out["models_check"] = self._models_check
+        stats = self._stream_stats
+        if stats.ended_without_done:
+            # Accepted as complete (they ended after finish_reason), and recorded: a server
+            # that also drops streams mid-way would show up as failed requests, not here.
+            out["stream_end"] = (
+                f"{stats.ended_without_done} of {stats.streams} streams ended after finish_reason "
+                "without [DONE]"
+            )
+        if stats.estimated_counts:
+            out["chunk_tokens"] = (
+                f"estimated in {stats.estimated_counts} of {stats.streams} streams: one token per "
+                "event, the final usage's total corrects the sum (the server sent no token ids or "
+                "running counts)"
+            )
         return out

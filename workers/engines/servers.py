@@ -23,7 +23,9 @@ from .base import EngineError
 class OpenAIAccess:
     """The servers and credentials an operator registered, as plain data.
 
-    ``servers``: ``{name: {"url": base URL without trailing slash, "credential": name or ""}}``;
+    ``servers``: ``{name: {"url": base URL without trailing slash, "credential": name or ""}}``,
+    optionally with ``"kind"`` (one of :data:`SERVER_KINDS`: what the server understands beyond
+    plain OpenAI; absent = detected at start);
     ``credentials``: ``{name: {"env": VARIABLE} | {"file": absolute path}}`` (where each key
     lives, never the key itself).
     """
@@ -31,6 +33,10 @@ class OpenAIAccess:
     servers: dict[str, dict[str, str]] = field(default_factory=dict)
     credentials: dict[str, dict[str, str]] = field(default_factory=dict)
 
+
+# ``vllm``: vLLM's extensions are sent (token ids, continuous usage stats); ``openai``: plain
+# OpenAI only, nothing detected.
+SERVER_KINDS = ("vllm", "openai")
 
 AccessSource = Callable[[], OpenAIAccess]
 _source: AccessSource = OpenAIAccess
