@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from workers.engines.server_telemetry import telemetry_spec_check
+
 
 class SettingsError(Exception):
     pass
@@ -202,6 +204,8 @@ def envopenai_servers(name: str, *, credentials: dict[str, dict[str, str]]) -> d
     ``{server_name: {"url": url, "credential": name or ""}}``; a credential must be one of
     ``credentials`` (SPECREVIEW_OPENAI_CREDENTIALS). An optional ``"kind"`` (``vllm`` |
     ``openai``) says what the server understands; without it the engine detects it at start.
+    An optional ``"telemetry"`` says where the server's memory, utilisation and power are read
+    (``workers.engines.server_telemetry``); without it they are not measured.
     """
     value = _raw(name)
     if value is None:
@@ -234,7 +238,7 @@ def envopenai_servers(name: str, *, credentials: dict[str, dict[str, str]]) -> d
             raise SettingsError(f"{name}: {key!r} is not a server name (letters, digits, _ . -)")
         if isinstance(entry, str):
             entry = {"url": entry}
-        if not isinstance(entry, dict) or set(entry) - {"url", "credential", "kind"}:
+        if not isinstance(entry, dict) or set(entry) - {"url", "credential", "kind", "telemetry"}:
             raise SettingsError(f'{name}: server {key!r} must be a URL or {{"url": ..., "credential": ...}}')
         url = entry.get("url")
         if not isinstance(url, str):
@@ -261,6 +265,13 @@ def envopenai_servers(name: str, *, credentials: dict[str, dict[str, str]]) -> d
                     f"got {entry['kind']!r}"
                 )
             out[key]["kind"] = entry["kind"]
+        if entry.get("telemetry") is not None:
+            try:
+                spec = telemetry_spec_check(entry["telemetry"], where=f"{name}: server {key!r}")
+            except ValueError as exc:
+                raise SettingsError(str(exc)) from None
+            # kept as canonical JSON text: the registry's entries are plain strings
+            out[key]["telemetry"] = json.dumps(spec, sort_keys=True)
     return out
 ENVIRONMENTS = ("development", "production")
 

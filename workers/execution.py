@@ -34,7 +34,7 @@ from workers.engines import Engine, EngineConfig, EngineError, EngineRequest, en
 from workers.engines.redaction import text_scrub
 from workers.engines.servers import credential_values
 from workers.hardware import hardware_describe
-from workers.replay.records import ReplayResult, RequestSpec
+from workers.replay.records import ReplayResult, RequestSpec, run_telemetry_row
 from workers.replay.run import replay_run
 
 log = logging.getLogger(__name__)
@@ -318,17 +318,8 @@ def _replay_outcome(
 def _results_store(*, run_id: int, token: str, pairs: list, result: ReplayResult, failed: int) -> str:
     by_key = {tr.pk: tr for tr, _ in pairs}
     secrets = credential_values()  # read once: per-request errors are scrubbed like run errors
-    tele = result.telemetry or {}
-    telemetry = {
-        "peak_memory_bytes": tele.get("peak_rss_bytes") or tele.get("peak_memory_bytes"),
-        "gpu_peak_memory_bytes": tele.get("gpu_peak_memory_bytes"),
-        "mean_util": tele.get("mean_util"),
-        "energy_j": tele.get("energy_j"),
-        "cpu_time_s": tele.get("cpu_time_s"),
-        # The KV-cache summary rides in the counters' JSON (RunTelemetry.counters["kv"]).
-        "counters": {**result.counters_delta, **({"kv": tele["kv"]} if tele.get("kv") else {})},
-        "samples": tele.get("samples", []),
-    }
+    # The KV-cache summary, the client's and the server's telemetry ride in RunTelemetry.counters.
+    telemetry = run_telemetry_row(result)
     # The engine's versions again at the end: what it learnt while serving (the openai engine's
     # streams that ended without [DONE]) joins what it said at start.
     versions = {"versions": result.versions} if result.versions else {}

@@ -168,10 +168,11 @@ def memory_per_arm(headline: Sequence[HeadlineRow]) -> go.Figure:
                 name=load,
             )
         )
-    # GPU memory on GPU hosts; elsewhere the worker process's resident memory, which holds the
-    # engine, its models and the replay client together (see docs/gpu-workers.md).
+    # In-process engines: GPU memory on GPU hosts, else the worker process's resident memory
+    # (engine, models and replay client); openai arms: the server's registered telemetry, or
+    # nothing (0 here, "not measured" in the sources table beside it).
     fig.update_layout(
-        title="Peak memory per arm (GPU hosts: GPU memory; CPU: the worker process, models and client included)",
+        title="Peak memory per arm (where it came from: see the sources table)",
         yaxis_title="GiB",
         barmode="group",
     )

@@ -154,7 +154,9 @@ def test_it_has_no_kv_cache_block_for_an_engine_that_preallocates_nothing(viewer
     comparison_refresh(experiment_id=experiment.pk, n_boot=100)
     html = viewer_client.get(f"/analysis/experiments/{experiment.pk}/").content.decode()
     assert 'id="kv-cache"' not in html
-    assert "CPU: the worker process, models and client included" in html  # the memory plot's title
+    # the memory plot, and where each arm's figure came from: the worker process (engine in process)
+    sources = html[html.index('id="memory-sources"') :]
+    assert "the worker process (engine, models and replay client" in sources[: sources.index("</section>")]
 
 
 def test_the_run_page_shows_the_number_format_chosen_and_each_requests_real_prompt_length(viewer_client):

@@ -71,6 +71,7 @@ from .openai_config import openai_config_validate
 from .openai_metrics import MetricsWindow
 from .openai_pool import Pool
 from .openai_stream import TRANSIENT_STATUS, StreamStats, error_message, request_body_build, sse_chunks
+from .server_telemetry import Read, telemetry_reader
 from .servers import credential_value
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,8 @@ _VLLM_SAMPLE = re.compile(r"^vllm:\w+", re.MULTILINE)
 
 class OpenAIEngine:
     kind = "openai"
+    # The model runs on the server, not in this process: the worker's own memory is the client's.
+    in_process = False
     _metrics_window: MetricsWindow | None = None
 
     def __init__(self) -> None:
@@ -358,6 +361,13 @@ class OpenAIEngine:
         """What the server's /metrics says of its memory (bytes); the client's is not the server's."""
         text, _ = self._scrape(timeout_s=10)
         return self._metrics.memory(text=text) if text is not None else {}
+
+    def server_telemetry(self) -> tuple[str, Read] | None:
+        """Where this server's memory, utilisation and power are read, as its operator registered
+        (``telemetry`` in SPECREVIEW_OPENAI_SERVERS): ``(source, read)``, or None (not measured)."""
+        raw = self._server.get("telemetry")
+        spec = json.loads(raw) if raw else None
+        return telemetry_reader(spec, metrics_url=self.metrics_url, headers=self._headers())
 
     def versions(self) -> dict[str, str]:
         out = {"engine": "openai", "httpx": httpx.__version__}

@@ -161,3 +161,44 @@ def counters_delta(*, before: dict[str, Any], after: dict[str, Any]) -> dict[str
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def run_telemetry_row(result: ReplayResult) -> dict[str, Any]:
+    """What a finished replay stores as its run's telemetry (``RunTelemetry``'s fields).
+
+    An engine in this process (hf, vllm): the worker's own memory is the engine's. An engine on
+    another host (openai): this process is only the replay client, so its memory is stored as the
+    client's (``counters["client"]``) and never as the run's; the run's memory, utilisation and
+    energy come from the server's registered telemetry (``counters["server_telemetry"]`` says its
+    source), else they are None: not measured.
+    """
+    tele = result.telemetry or {}
+    counters: dict[str, Any] = {**result.counters_delta, **({"kv": tele["kv"]} if tele.get("kv") else {})}
+    own_peak = tele.get("peak_rss_bytes") or tele.get("peak_memory_bytes")
+    if tele.get("engine_in_process", True):
+        return {
+            "peak_memory_bytes": own_peak,
+            "gpu_peak_memory_bytes": tele.get("gpu_peak_memory_bytes"),
+            "mean_util": tele.get("mean_util"),
+            "energy_j": tele.get("energy_j"),
+            "cpu_time_s": tele.get("cpu_time_s"),
+            "counters": counters,
+            "samples": tele.get("samples", []),
+        }
+    server = dict(tele.get("server") or {})
+    samples = server.pop("samples", [])
+    counters["client"] = {"peak_rss_bytes": own_peak, "cpu_time_s": tele.get("cpu_time_s")}
+    counters["server_telemetry"] = server or {
+        "source": None,
+        "reason": "the server's registration names no telemetry: its memory is not measured",
+    }
+    on_gpu = str(server.get("source") or "").startswith(("DCGM", "Prometheus"))
+    return {
+        "peak_memory_bytes": server.get("peak_memory_bytes"),
+        "gpu_peak_memory_bytes": server.get("peak_memory_bytes") if on_gpu else None,
+        "mean_util": server.get("mean_util"),
+        "energy_j": server.get("energy_j"),
+        "cpu_time_s": None,  # the client's CPU time is in counters["client"]
+        "counters": counters,
+        "samples": samples,
+    }

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from workers.engines.base import Engine, EngineError, EngineRequest
+from workers.engines.server_telemetry import ServerTelemetrySampler
 from workers.telemetry import KvSampler, TelemetrySampler, hardware_describe
 
 from .records import ReplayResult, RequestRecord, RequestSpec, counters_delta
@@ -118,6 +119,12 @@ async def _measure(
     kv_sampler = KvSampler(read=kv_read) if kv_read is not None else None
     if kv_sampler:
         kv_sampler.start()
+    # An engine on another host (openai) says where its operator registered its telemetry.
+    server_read = getattr(engine, "server_telemetry", None) if telemetry else None
+    server_spec = server_read() if server_read is not None else None
+    server_sampler = ServerTelemetrySampler(source=server_spec[0], read=server_spec[1]) if server_spec else None
+    if server_sampler:
+        server_sampler.start()
     window = _Window(engine=engine, specs=specs, next_turn=next_turn, concurrency_cap=concurrency_cap)
     if await _cancel_requested(cancel):
         window.stop.set()
@@ -162,6 +169,9 @@ async def _measure(
             kv = kv_sampler.stop()
             if kv:
                 window.telemetry["kv"] = kv
+        window.telemetry["engine_in_process"] = getattr(engine, "in_process", True)
+        if server_sampler:
+            window.telemetry["server"] = server_sampler.stop()
         aclose = getattr(engine, "aclose", None)
         if aclose is not None:
             await aclose()

@@ -33,6 +33,7 @@ from console.analysis.comparison.cdf import latency_cdf, slice_cdf
 from console.analysis.comparison.derive import baseline_resolve, derive
 from console.analysis.comparison.environment import environment_check, environment_notes
 from console.analysis.comparison.kv import kv_rows
+from console.analysis.comparison.memory_sources import memory_sources
 from console.analysis.comparison.noise import baseline_stability, noise_floors
 from console.analysis.comparison.paired import paired_stage, primary_holm
 from console.analysis.comparison.quality_stage import correctness_stage, divergence_rows, quality_section
@@ -210,6 +211,7 @@ def comparison_compute(
             "acceptance": acceptance_tables(steps, request_steps, derived),
             "speculation": speculation,
             "environment": environment,
+            "memory_sources": memory_sources(runs),
             "quality": quality,
             "correctness": correctness,
             "capacity": capacity,
@@ -333,6 +335,7 @@ def _summary(
         "acceptance": sections["acceptance"],
         "speculation": sections["speculation"],
         **({"environment": sections["environment"]} if sections["environment"] is not None else {}),
+        "memory_sources": sections["memory_sources"],
         "kv": json_safe(kv_rows(runs, base_arm=base_arm)),
         "sessions": session_tables(derived),
         "quality": sections["quality"],

@@ -840,6 +840,8 @@ class Comparison(Record):
     speculation: tuple[SpeculationRow, ...]  # arm x load: did it draft, from which evidence
     # same hardware, driver and versions across the runs; None (absent): stored before the check
     environment: Environment | None = _absent()
+    # per arm, where its peak memory came from (.memory_sources); None (absent): stored before
+    memory_sources: dict[str, str] | None = _absent()
     kv: tuple[KvRow, ...]  # arm x load, where the engine preallocates (vLLM); else empty
     sessions: Sessions
     quality: Quality

@@ -102,6 +102,13 @@ def gate_facts_from_summary(
     facts["memory"] = _memory_facts(
         headline, candidate_arm=candidate_arm, baseline_arm=baseline, capacity_bytes=capacity_bytes
     )
+    sources = summary.memory_sources or {}
+    if candidate_arm in sources:
+        # where the figure came from; an openai arm without server telemetry says why it has none
+        facts["memory"] = (facts["memory"] or {}) | {
+            "candidate_source": sources[candidate_arm],
+            "baseline_source": sources.get(baseline),
+        }
     facts["kv"] = _kv_facts(summary.kv, candidate_arm=candidate_arm, baseline_arm=baseline)
     return facts
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from console.analysis.comparison.memory_sources import IN_PROCESS
 from console.decisions.gate.common import criterion_result, finite, load_in_scope, number_row
 from console.decisions.gate.constants import FAIL, NOT_MEASURED, PASS
 
@@ -15,8 +16,10 @@ def criterion_memory_headroom(facts: Mapping[str, Any], settings: Mapping[str, A
 
     Where the engine preallocates its KV cache (vLLM: the candidate's runs recorded KV figures,
     ``facts["kv"]``), peak device memory is the same for every arm, so this judges KV pressure
-    instead (:func:`_kv_headroom`). Elsewhere (hf on CPU): candidate peak memory (bytes, the
-    worker process's resident memory on CPU hosts) at most ``memory_fraction`` of capacity.
+    instead (:func:`_kv_headroom`). Elsewhere: candidate peak memory (bytes: the worker process's
+    resident memory for an engine in process on a CPU host; for an openai arm, the server's
+    registered telemetry, never the replay client's memory) at most ``memory_fraction`` of
+    capacity. The figure's source is stated (``facts["memory"]["candidate_source"]``).
     """
     if facts.get("kv"):
         return _kv_headroom(facts, settings)
@@ -24,10 +27,15 @@ def criterion_memory_headroom(facts: Mapping[str, Any], settings: Mapping[str, A
     evidence = [{"label": "memory per arm", "anchor": "memory"}]
     memory = facts.get("memory") or {}
     peak = memory.get("candidate_peak_bytes")
-    capacity = settings.get("memory_capacity_bytes") or memory.get("capacity_bytes")
+    # The worker's hardware is the capacity only where the engine ran in the worker (a remote
+    # server's capacity is not the replay client's host memory: the gate settings must say it).
+    remote = bool(memory.get("candidate_source")) and memory.get("candidate_source") != IN_PROCESS
+    capacity = settings.get("memory_capacity_bytes") or (None if remote else memory.get("capacity_bytes"))
     fraction = float(settings["memory_fraction"])
+    source = memory.get("candidate_source")
     if not finite(peak):
-        return criterion_result(key, NOT_MEASURED, "candidate peak memory not measured", [], evidence)
+        why = f"candidate peak memory not measured ({source})" if source else "candidate peak memory not measured"
+        return criterion_result(key, NOT_MEASURED, why, [], evidence)
     numbers = [
         number_row("candidate peak", peak, "bytes"),
         number_row("baseline peak", memory.get("baseline_peak_bytes"), "bytes"),
@@ -35,11 +43,15 @@ def criterion_memory_headroom(facts: Mapping[str, Any], settings: Mapping[str, A
         number_row("allowed fraction", fraction, "fraction"),
     ]
     if not finite(capacity) or capacity <= 0:
-        return criterion_result(key, NOT_MEASURED, "memory capacity unknown (set it in the gate settings)", numbers, evidence)
+        why = "memory capacity unknown (set it in the gate settings)"
+        if remote:
+            why = "the server's memory capacity is unknown: set memory_capacity_bytes in the gate settings (the worker host's memory is not the server's)"
+        return criterion_result(key, NOT_MEASURED, why, numbers, evidence)
     used = peak / capacity
     numbers.append(number_row("candidate peak / capacity", used, "fraction"))
     ok = used <= fraction
-    return criterion_result(key, PASS if ok else FAIL, f"peak {used:.1%} of capacity (limit {fraction:.0%})", numbers, evidence)
+    where = f"; measured by {source}" if source else ""
+    return criterion_result(key, PASS if ok else FAIL, f"peak {used:.1%} of capacity (limit {fraction:.0%}){where}", numbers, evidence)
 
 
 def _kv_headroom(facts: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
