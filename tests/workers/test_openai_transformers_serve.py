@@ -51,8 +51,10 @@ def served(tmp_path_factory):
     """(base URL ending in /v1, the model name the server answers to)."""
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")
-    cli = shutil.which("transformers") or str(Path(sys.executable).with_name("transformers"))
-    if not Path(cli).exists():
+    # This interpreter's own CLI first: another transformers on PATH is not the one under test.
+    here = Path(sys.executable).with_name("transformers")
+    cli = str(here) if here.exists() else shutil.which("transformers") or ""
+    if not cli:
         pytest.skip("the transformers CLI is not installed (transformers[serving])")
     model = str(model_resolve(name_or_path="smollm2-135m"))
     port = _free_port()
