@@ -261,13 +261,19 @@ SERVER_DRAFTS = "spec_decode_num_drafts"
 SERVER_DRAFT_TOKENS = "spec_decode_num_draft_tokens"
 SERVER_ACCEPTED = "spec_decode_num_accepted_tokens"
 SERVER_ACCEPTED_PER_POS = "spec_decode_num_accepted_tokens_per_pos"
+# How a run's totals were read (the worker's ``spec_decode_source``; absent: vLLM's counter
+# deltas) and the summary of gauges sampled through a run (SGLang), as the workers store them.
+SERVER_SOURCE = "spec_decode_source"
+SUMMED_ITERATIONS = "summed iteration statistics"
+SERVER_SAMPLED = "spec_sampled"
 
 
 def server_counters_sum(counters: Sequence[Mapping | None]) -> dict[str, object] | None:
     """The spec-decode counter deltas of several runs summed: ``drafts``, ``drafted``,
     ``accepted`` (tokens) and ``accepted_per_pos`` (list, position 0 first). None when any run
     lacks the three totals (a server without spec-decode counters, or a page it could not
-    read): a partial sum would read as less drafting than happened."""
+    read), or sums TensorRT-LLM's iteration statistics over no iteration or with a poll lost: a
+    partial sum would read as less drafting than happened."""
     out: dict[str, object] = {"drafts": 0, "drafted": 0, "accepted": 0, "accepted_per_pos": []}
     per_pos: list[int] = []
     if not counters:
@@ -277,6 +283,10 @@ def server_counters_sum(counters: Sequence[Mapping | None]) -> dict[str, object]
             isinstance(c.get(k), int | float) for k in (SERVER_DRAFTS, SERVER_DRAFT_TOKENS, SERVER_ACCEPTED)
         ):
             return None
+        if c.get(SERVER_SOURCE) == SUMMED_ITERATIONS and (
+            not c.get("server_iterations") or c.get("server_polls_failed")
+        ):
+            return None  # no iteration polled in the window, or some lost: zeros would be no evidence
         out["drafts"] = int(out["drafts"]) + int(c[SERVER_DRAFTS])  # type: ignore[call-overload]
         out["drafted"] = int(out["drafted"]) + int(c[SERVER_DRAFT_TOKENS])  # type: ignore[call-overload]
         out["accepted"] = int(out["accepted"]) + int(c[SERVER_ACCEPTED])  # type: ignore[call-overload]
@@ -302,4 +312,44 @@ def server_acceptance(totals: Mapping) -> dict[str, object]:
         "acceptance_rate": accepted / drafted if drafted else float("nan"),
         "mean_acceptance_length": 1 + accepted / drafts if drafts else float("nan"),
         "rate_per_draft_by_position": [v / drafts for v in per_pos] if drafts else [],
+    }
+
+
+def server_totals_source(counters: Sequence[Mapping | None]) -> str | None:
+    """How the runs' totals were read: ``SUMMED_ITERATIONS`` when every run summed TensorRT-LLM's
+    iteration statistics, else None (counter deltas)."""
+    sources = {c.get(SERVER_SOURCE) if isinstance(c, Mapping) else None for c in counters}
+    return SUMMED_ITERATIONS if sources == {SUMMED_ITERATIONS} else None
+
+
+def server_sampled_acceptance(counters: Sequence[Mapping | None]) -> dict[str, object] | None:
+    """Acceptance from spec-decode gauges sampled through each run (SGLang's ``spec_sampled``),
+    or None unless every run has a summary with a usable reading.
+
+    A gauge gives the mean acceptance length (tokens per verification, 1 + accepted / drafts)
+    but no counts: ``drafts``/``drafted``/``accepted`` are None, except 0 when every run's
+    server says it runs no speculative algorithm. ``mean_acceptance_length`` is the mean of the
+    runs' figures weighted by their readings; ``acceptance_rate`` is None (the server's own rate
+    is not vLLM's definition); ``drafted_evidence`` is True when any run shows drafting, False
+    when none does.
+    """
+    raw = [c.get(SERVER_SAMPLED) if isinstance(c, Mapping) else None for c in counters]
+    summaries = [s for s in raw if isinstance(s, Mapping) and s.get("samples_used")]
+    if not raw or len(summaries) < len(raw):
+        return None
+    weighted = [
+        (float(s["mean_acceptance_length"]), int(s["samples_used"]))
+        for s in summaries
+        if isinstance(s.get("mean_acceptance_length"), int | float)
+    ]
+    weight = sum(w for _, w in weighted)
+    zero = 0 if all(s.get("spec_decode") == "not configured" for s in summaries) else None
+    return {
+        "drafts": zero,
+        "drafted": zero,
+        "accepted": zero,
+        "acceptance_rate": None,
+        "mean_acceptance_length": sum(v * w for v, w in weighted) / weight if weight else None,
+        "rate_per_draft_by_position": None,
+        "drafted_evidence": any(s.get("drafted_evidence") for s in summaries),
     }

@@ -21,7 +21,7 @@ regression lists. Optional ``session_id`` str and ``turn`` int (0-based) place a
 conversation (see :func:`session_columns`: a request alone is a session of one turn).
 
 Runs frame (one row per run): ``run_id, arm, load, repeat, wall_s, peak_memory_bytes,
-mean_util`` (fraction or percent, passed through), ``energy_j`` (NaN when unmeasured),
+mean_util`` (percent 0-100, as NVML gives it), ``energy_j`` (NaN when unmeasured),
 ``accelerator_count`` (default 1).
 
 Definitions

@@ -61,9 +61,9 @@ def _cache_key(experiment: Experiment, runs: list[Run], version: int) -> str:
 # 4: "kv", 5: every slice's intervals, slice CDFs, first divergences, 6: graded correctness, which
 # changes success, 7: "sessions", 8: accelerator-hours on busy time, "cost_basis", which changes
 # every cost, 9: "capacity" from the capacity-search steps, which leave the matrix's loads,
-# "cost_basis" "capacity" where a search ran, "load_weights"): a new count recomputes older
-# stored comparisons.
-COMPARISON_VERSION = 9
+# "cost_basis" "capacity" where a search ran, "load_weights", 10: "environment", the speculation
+# rows' no_evidence and config_mismatch): a new count recomputes older stored comparisons.
+COMPARISON_VERSION = 10
 
 
 def comparison_key(*, experiment: Experiment, runs: list[Run] | None = None) -> str:
@@ -159,6 +159,8 @@ def comparison_compute_for(
         endpoints=experiment.endpoints or None,
         n_boot=n_boot,
         speculative_arms={a.label for a in arms if not a.is_baseline and a.config.speculative_config},
+        speculative_configs={a.label: a.config.speculative_config for a in arms},
+        run_environments={r.pk: {"hardware": r.hardware, "versions": r.versions} for r in runs},
         references=references,
         capacity_search=experiment.capacity_search,
         capacity_requests=capacity_requests,

@@ -76,11 +76,13 @@ def test_it_shows_accelerator_telemetry_or_not_measured(viewer_client, experimen
     html = viewer_client.get(url).content.decode()
     section = html[html.index('id="telemetry"') : html.index('id="divergences"')]
     assert section.count('<span class="badge na">not measured</span>') == 4  # utilisation and energy, both arms
-    RunTelemetry.objects.filter(run__experiment=experiment).update(mean_util=0.42, energy_j=1500.0)
+    # NVML's utilisation is a percent (0-100), stored as the sampler's mean of it
+    RunTelemetry.objects.filter(run__experiment=experiment).update(mean_util=42.0, energy_j=1500.0)
     _refresh(experiment)
     section = viewer_client.get(url).content.decode()
     section = section[section.index('id="telemetry"') : section.index('id="divergences"')]
     assert 'class="badge na"' not in section and "42 %" in section and "3000 J" in section  # 2 repeats
+    assert "4200" not in section
 
 
 def test_it_lists_first_divergences_with_a_side_by_side_link(viewer_client, experiment):

@@ -68,7 +68,7 @@ import httpx
 
 from .base import Chunk, EngineConfig, EngineError, EngineRequest
 from .openai_config import openai_config_validate
-from .openai_metrics import prometheus_kv_state, prometheus_spec_counters
+from .openai_metrics import MetricsWindow
 from .openai_pool import Pool
 from .openai_stream import TRANSIENT_STATUS, StreamStats, error_message, request_body_build, sse_chunks
 from .servers import credential_value
@@ -81,6 +81,7 @@ _VLLM_SAMPLE = re.compile(r"^vllm:\w+", re.MULTILINE)
 
 class OpenAIEngine:
     kind = "openai"
+    _metrics_window: MetricsWindow | None = None
 
     def __init__(self) -> None:
         self.config: EngineConfig | None = None
@@ -312,39 +313,51 @@ class OpenAIEngine:
 
     # -- counters -----------------------------------------------------------------------------
 
+    def _scrape(self, *, timeout_s: float) -> tuple[str | None, str | None]:
+        """The metrics page's body, or None and why not (no page configured: both None)."""
+        url = self.metrics_url
+        if not url:
+            return None, None
+        try:
+            response = httpx.get(url, headers=self._headers(), timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            return None, f"{url}: {type(exc).__name__}: {exc}"
+        if response.status_code != 200:
+            return None, f"{url}: HTTP {response.status_code}"
+        return response.text, None
+
+    @property
+    def _metrics(self) -> MetricsWindow:
+        # Made on first use (``counters()`` before a run, ahead of the sampler's thread).
+        if self._metrics_window is None:
+            self._metrics_window = MetricsWindow()
+        return self._metrics_window
+
     def counters(self) -> dict[str, Any]:
-        """Spec-decode counters scraped from the server's /metrics now (tokens, steps).
+        """Spec-decode figures from the server's /metrics now (tokens, steps): vLLM's counters,
+        TensorRT-LLM's summed iteration statistics, or SGLang's gauges sampled since the last
+        call (``spec_sampled``); see :class:`.openai_metrics.MetricsWindow`.
 
         A server without a metrics page, or one that does not answer, yields
         ``{"metrics_error": ...}`` instead of failing the run.
         """
-        url = self.metrics_url
-        if not url:
-            return {}
-        try:
-            response = httpx.get(url, headers=self._headers(), timeout=10)
-        except httpx.HTTPError as exc:
-            return {"metrics_error": f"{url}: {type(exc).__name__}: {exc}"}
-        if response.status_code != 200:
-            return {"metrics_error": f"{url}: HTTP {response.status_code}"}
-        return prometheus_spec_counters(text=response.text)
+        text, error = self._scrape(timeout_s=10)
+        if text is None:
+            return {"metrics_error": error} if error else {}
+        return self._metrics.counters(text=text)
 
     def kv_state(self) -> dict[str, Any]:
-        """The server's KV-cache state now, from its /metrics (see :func:`prometheus_kv_state`);
-        ``{}`` where there is no metrics page or it does not answer (the sampler skips it)."""
-        url = self.metrics_url
-        if not url:
-            return {}
-        try:
-            response = httpx.get(url, headers=self._headers(), timeout=5)
-        except httpx.HTTPError:
-            return {}
-        return prometheus_kv_state(text=response.text) if response.status_code == 200 else {}
+        """The server's KV-cache state now, from its /metrics (see
+        :func:`.openai_metrics.prometheus_kv_state`); ``{}`` where there is no metrics page or it
+        does not answer (the sampler skips it). Each read also feeds the run's sampled spec
+        gauges (SGLang) or iteration sums (TensorRT-LLM)."""
+        text, _ = self._scrape(timeout_s=5)
+        return self._metrics.kv_state(text=text) if text is not None else {}
 
     def memory(self) -> dict[str, Any]:
         """What the server's /metrics says of its memory (bytes); the client's is not the server's."""
-        counters = self.counters()
-        return {k: counters[k] for k in ("server_rss_bytes", "kv_cache_usage_perc") if k in counters}
+        text, _ = self._scrape(timeout_s=10)
+        return self._metrics.memory(text=text) if text is not None else {}
 
     def versions(self) -> dict[str, str]:
         out = {"engine": "openai", "httpx": httpx.__version__}

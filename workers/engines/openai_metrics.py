@@ -1,20 +1,45 @@
 """What an OpenAI-compatible server says of its own work, read as plain data.
 
-Two sources: the server's Prometheus ``/metrics`` page (vLLM's ``vllm:spec_decode_*`` counters,
-its KV-cache and scheduler gauges, the API process's memory), scraped before and after a run so
-the run records deltas; and vLLM's per-request spec-decode metrics, which the last SSE event of a
-stream carries (``metrics.speculative_decoding``). Text and JSON in, dicts of numbers out: no
-HTTP here, so a reader for another server's page (SGLang, TensorRT-LLM) or a real Prometheus
-parser lands in this module alone.
+Two sources: the server's ``/metrics`` page, and vLLM's per-request spec-decode metrics, which
+the last SSE event of a stream carries (``metrics.speculative_decoding``). Text and JSON in,
+dicts of numbers out: no HTTP here.
+
+``/metrics`` is parsed by ``prometheus_client``'s text parser (NaN and +-Inf samples, legal in the
+format, are left out; a page it cannot parse keeps the samples read before the bad line and
+says so in ``metrics_error``), and each server's names are mapped as its source defines them:
+
+==============  ==========================================  =======================================
+server          spec decode                                 how a run reads it
+==============  ==========================================  =======================================
+vLLM (V1)       ``vllm:spec_decode_num_*`` counters          before/after deltas (``counters()``)
+SGLang          ``sglang:spec_accept_length`` gauge          sampled through the run (``spec_sampled``)
+TensorRT-LLM    ``specDecodingStats`` per iteration (JSON)   polled through the run and summed
+==============  ==========================================  =======================================
+
+The engine keeps what must outlive one scrape in a :class:`MetricsWindow`: the SGLang gauge
+readings since the last ``counters()`` (the KV sampler's reads during the replay), summarised
+by the ``counters()`` after the run into ``spec_sampled``, a dict that ``counters_delta`` passes
+through as the after-read's value; and TensorRT-LLM's running iteration sums
+(:class:`.server_metrics_trtllm.IterationTotals`), which ``counters_delta`` differences like
+vLLM's counters. vLLM's names are from ``vllm/v1/spec_decode/metrics.py`` (``SpecDecodingProm``,
+vllm-project/vllm at commit 016a8587edb04ae53c913a1da9355a07dc0ca4ae) and
+``vllm/v1/metrics/loggers.py`` (commit a6f0308cfe806b7731ad4979c9bea6e470c35efd); SGLang's and
+TensorRT-LLM's in :mod:`.server_metrics_sglang` and :mod:`.server_metrics_trtllm`.
 """
 
 from __future__ import annotations
 
 import math
-import re
+import threading
 from typing import Any, TypeGuard
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from .base import EngineError
+from .server_metrics_sglang import sampled_gauge_summary, sglang_kv_state, sglang_spec_reading
+from .server_metrics_trtllm import IterationTotals, is_iteration_stats
+
+Sample = tuple[str, dict[str, str], float]
 
 # vLLM's spec-decode counters (V1 names), without the ``_total`` suffix prometheus_client adds.
 SPEC_COUNTERS = (
@@ -29,9 +54,8 @@ SERVER_GAUGES = {
     "vllm:kv_cache_usage_perc": "kv_cache_usage_perc",
     "vllm:gpu_cache_usage_perc": "kv_cache_usage_perc",
 }
-
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+# Which server wrote a Prometheus page, by its names' prefix.
+FAMILIES = {"vllm:": "vllm", "sglang:": "sglang"}
 
 
 # The totals of vLLM's per-request spec-decode metrics (``metrics.speculative_decoding``), at
@@ -96,28 +120,35 @@ def _count(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def prometheus_samples(*, text: str) -> list[tuple[str, dict[str, str], float]]:
-    """Parse Prometheus text exposition into (name, labels, value) samples. ``NaN`` and
-    ``+Inf``/``-Inf`` (legal in the format) are no measurement and are left out: they would
-    break the counts and cannot be stored as JSON."""
-    samples = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if not match:
-            continue
-        name, raw_labels, raw_value = match.groups()
-        try:
-            value = float(raw_value)
-        except ValueError:
-            continue
-        if not math.isfinite(value):
-            continue
-        labels = {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _LABEL.findall(raw_labels or "")}
-        samples.append((name, labels, value))
-    return samples
+def prometheus_parse(*, text: str) -> tuple[list[Sample], str | None]:
+    """Parse Prometheus text exposition into (name, labels, value) samples and an error (None
+    when the whole page parsed). ``NaN`` and ``+Inf``/``-Inf`` are no measurement and are left
+    out: they would break the counts and cannot be stored as JSON. A line the parser refuses
+    ends the parse: the samples before it are kept, and the error says where it stopped."""
+    samples: list[Sample] = []
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                value = float(sample.value)
+                if math.isfinite(value):
+                    samples.append((sample.name, dict(sample.labels), value))
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        return samples, f"/metrics is not Prometheus text after {len(samples)} samples: {exc}"
+    return samples, None
+
+
+def prometheus_samples(*, text: str) -> list[Sample]:
+    """:func:`prometheus_parse`'s samples, without the error."""
+    return prometheus_parse(text=text)[0]
+
+
+def server_family(*, samples: list[Sample]) -> str | None:
+    """``"vllm"`` or ``"sglang"`` by the page's names, None for a page of neither."""
+    for name, _, _ in samples:
+        for prefix, family in FAMILIES.items():
+            if name.startswith(prefix):
+                return family
+    return None
 
 
 def prometheus_spec_counters(*, text: str) -> dict[str, Any]:
@@ -127,14 +158,27 @@ def prometheus_spec_counters(*, text: str) -> dict[str, Any]:
     without its ``vllm:`` prefix and ``_total`` suffix; ``..._per_pos`` is a list indexed
     by draft position. vLLM registers its spec-decode counters only when it was started with
     a speculative config, so a vLLM page (any ``vllm:`` sample) without them is a server that
-    does not speculate: its totals read 0 and ``spec_decode`` says ``"not configured"``. A
-    page of another server without them leaves them absent (not measured).
+    does not speculate: its totals read 0 and ``spec_decode`` says ``"not configured"`` (not
+    inferred from a page that did not parse to its end: the counters may have been past the
+    bad line). Another server's page has no counters (SGLang's spec figures are gauges, read by
+    :class:`MetricsWindow`); ``server_rss_bytes`` and ``kv_cache_usage_perc`` where the page
+    has them; ``metrics_error`` for a page that did not parse.
     """
+    samples, error = prometheus_parse(text=text)
+    out = _vllm_counters(samples=samples, complete=error is None)
+    if error:
+        out["metrics_error"] = error
+    return out
+
+
+def _vllm_counters(*, samples: list[Sample], complete: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     per_pos: dict[int, float] = {}
-    samples = prometheus_samples(text=text)
-    if any(name.startswith("vllm:") for name, _, _ in samples) and not any(
-        name.startswith("vllm:spec_decode_") for name, _, _ in samples
+    family = server_family(samples=samples)
+    if (
+        complete
+        and family == "vllm"
+        and not any(name.startswith("vllm:spec_decode_") for name, _, _ in samples)
     ):
         out = {key: 0 for key in SPEC_COUNTERS[:3]} | {"spec_decode": "not configured"}
     for name, labels, value in samples:
@@ -156,6 +200,10 @@ def prometheus_spec_counters(*, text: str) -> dict[str, Any]:
             out[key] = int(out[key])
     if per_pos:
         out[PER_POS_COUNTER] = [int(per_pos.get(i, 0)) for i in range(max(per_pos) + 1)]
+    if family == "sglang":
+        usage = sglang_kv_state(samples=samples).get("kv_cache_usage_perc")
+        if usage is not None:
+            out["kv_cache_usage_perc"] = usage
     return out
 
 
@@ -176,16 +224,28 @@ CACHE_CONFIG_LABELS = {
 
 
 def prometheus_kv_state(*, text: str) -> dict[str, Any]:
-    """KV-cache state from a vLLM ``/metrics`` page: ``kv_cache_usage_perc`` (fraction 0-1, mean
-    over engines), ``num_requests_running``/``num_requests_waiting`` (summed over engines),
-    ``num_preemptions`` (counter total), and the capacity from ``vllm:cache_config_info`` where
-    the server exports it: ``kv_cache_tokens`` (``kv_cache_size_tokens``, else blocks x block
-    size), ``kv_blocks``, ``kv_cpu_blocks``, ``block_size``. Keys a page
-    lacks are absent: a server that does not say is not measured."""
+    """KV-cache state from a ``/metrics`` page: ``kv_cache_usage_perc`` (fraction 0-1),
+    ``num_requests_running``/``num_requests_waiting``, ``num_preemptions`` (counter total) and
+    the capacity where the server exports it (``kv_cache_tokens``, ``kv_blocks``,
+    ``kv_cpu_blocks``, ``block_size``); SGLang's page adds its spec-decode gauges
+    (:func:`.server_metrics_sglang.sglang_kv_state`). Keys a page lacks are absent: a server
+    that does not say is not measured. What a page that did not parse to its end still says is
+    returned."""
+    samples = prometheus_samples(text=text)
+    if server_family(samples=samples) == "sglang":
+        return sglang_kv_state(samples=samples)
+    return _vllm_kv_state(samples=samples)
+
+
+def _vllm_kv_state(*, samples: list[Sample]) -> dict[str, Any]:
+    """vLLM's: ``kv_cache_usage_perc`` (mean over engines), ``num_requests_running``/``_waiting``
+    (summed over engines), ``num_preemptions``, and the capacity from ``vllm:cache_config_info``:
+    ``kv_cache_tokens`` (``kv_cache_size_tokens``, else blocks x block size), ``kv_blocks``,
+    ``kv_cpu_blocks``, ``block_size``."""
     out: dict[str, Any] = {}
     usage: list[float] = []
     engines: list[dict[str, Any]] = []
-    for name, labels, value in prometheus_samples(text=text):
+    for name, labels, value in samples:
         key = KV_GAUGES.get(name)
         if key == "kv_cache_usage_perc":
             usage.append(value)
@@ -214,3 +274,56 @@ def _label_int(raw: str | None) -> int | None:
         return int(float(raw)) if raw not in (None, "", "None") else None  # type: ignore[arg-type]
     except ValueError:
         return None
+
+
+class MetricsWindow:
+    """What the ``openai`` engine keeps of one server's ``/metrics`` between scrapes.
+
+    ``kv_state(text=...)`` is the KV sampler's read during a run; ``counters(text=...)`` the
+    read before and after it. SGLang's spec-decode gauges read by ``kv_state`` since the last
+    ``counters`` (and the one ``counters`` reads) become ``spec_sampled``
+    (:func:`.server_metrics_sglang.sampled_gauge_summary`); TensorRT-LLM's iteration lists are
+    summed by every read. Thread-safe: the sampler reads from its own thread.
+
+    A gauge holds its last interval's value until the next: each reading counts once, so the
+    mean is over time, and the sampler's first read (before the first request is sent) carries
+    the server's last interval before the run (the warm-up's, on the same server and config).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._readings: list[dict[str, float]] = []
+        self.iterations = IterationTotals()
+
+    def kv_state(self, *, text: str) -> dict[str, Any]:
+        if is_iteration_stats(text=text):
+            self.iterations.fold(text=text)
+            return self.iterations.kv_state()
+        state = prometheus_kv_state(text=text)
+        reading = sglang_spec_reading(state=state)
+        if reading is not None:
+            with self._lock:
+                self._readings.append(reading)
+        return state
+
+    def counters(self, *, text: str) -> dict[str, Any]:
+        if is_iteration_stats(text=text):
+            self.iterations.fold(text=text)
+            return self.iterations.counters()
+        out = prometheus_spec_counters(text=text)
+        reading = sglang_spec_reading(state=prometheus_kv_state(text=text))
+        with self._lock:
+            readings, self._readings = self._readings, []
+        if reading is not None:
+            out["spec_sampled"] = sampled_gauge_summary(readings=[*readings, reading])
+        return out
+
+    def memory(self, *, text: str) -> dict[str, Any]:
+        """``server_rss_bytes`` and ``kv_cache_usage_perc`` where the server says them; reads
+        without closing the sampling window."""
+        if is_iteration_stats(text=text):
+            self.iterations.fold(text=text)
+            state = self.iterations.kv_state()
+        else:
+            state = prometheus_spec_counters(text=text)
+        return {k: state[k] for k in ("server_rss_bytes", "kv_cache_usage_perc") if k in state}

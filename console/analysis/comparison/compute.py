@@ -7,8 +7,9 @@ comparison (schema in :mod:`console.analysis.comparison.schema`), stage by stage
 4. paired, request-clustered comparisons per load (:mod:`.paired`), the primary endpoints with
    Holm's correction, and the knees (:mod:`.knee`);
 5. quality counts and regressions, graded correctness (:mod:`.quality_stage`), acceptance tables
-   (:mod:`.acceptance_stage`), and whether each speculative candidate drafted at all
-   (:mod:`.speculation`); the capacity at the SLO (:mod:`.capacity_stage`).
+   (:mod:`.acceptance_stage`), and whether each speculative candidate drafted at all, and as
+   configured (:mod:`.speculation`); the capacity at the SLO (:mod:`.capacity_stage`);
+   whether every run ran on the same hardware and software (:mod:`.environment`).
 
 Each stage is a function of its own module; this one calls them in order and assembles the
 summary.
@@ -30,6 +31,7 @@ from console.analysis.comparison.bootstrap import DEFAULT_N_BOOT
 from console.analysis.comparison.capacity_stage import capacity_stage
 from console.analysis.comparison.cdf import latency_cdf, slice_cdf
 from console.analysis.comparison.derive import baseline_resolve, derive
+from console.analysis.comparison.environment import environment_check, environment_notes
 from console.analysis.comparison.kv import kv_rows
 from console.analysis.comparison.noise import baseline_stability, noise_floors
 from console.analysis.comparison.paired import paired_stage, primary_holm
@@ -43,7 +45,7 @@ from console.analysis.comparison.spec import (
     STABILITY_STATS,
     slice_intervals,
 )
-from console.analysis.comparison.speculation import speculation_rows
+from console.analysis.comparison.speculation import speculation_notes, speculation_rows
 from console.analysis.cost import COST_BASIS, class_goodput
 from console.analysis.quality_pairs import first_divergences, quality_counts, quality_regressions
 from console.analysis.slices import slice_dimensions
@@ -120,6 +122,8 @@ def comparison_compute(
     capacity_requests: pd.DataFrame | None = None,
     capacity_runs: pd.DataFrame | None = None,
     arm_order: Collection[str] | None = None,
+    speculative_configs: Mapping[str, Mapping[str, Any] | None] | None = None,
+    run_environments: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The stored comparison of an experiment as JSON, validated through
     :class:`.schema.Comparison` (see there for every field and unit): a stage that builds another
@@ -139,7 +143,9 @@ def comparison_compute(
     ``capacity_requests`` and ``capacity_runs``: the capacity-search steps (with a
     ``capacity_step`` column), kept out of ``requests``; with ``capacity_search`` (the
     experiment's option) they give the ``capacity`` section (:mod:`.capacity_stage`) and the cost
-    basis ``"capacity"``; ``arm_order`` orders its arms.
+    basis ``"capacity"``; ``arm_order`` orders its arms. ``speculative_configs`` maps an arm to
+    its ``speculative_config`` (the draft-length check); ``run_environments`` a run id to its
+    recorded ``{"hardware", "versions"}`` (the ``environment`` section; None: not checked).
 
     Long because: its twenty options are the public contract, each said here (signature and
     docstring are half its lines); the body only calls the stages in order, each one call.
@@ -169,9 +175,16 @@ def comparison_compute(
         derived, base_arm=base_arm, endpoints=ends, sweeps=sweeps, n_boot=n_boot, seed=seed, ci=ci
     )
     speculation = speculation_rows(
-        request_steps=request_steps, derived=derived, runs=runs, base_arm=base_arm, speculative_arms=speculative_arms
+        request_steps=request_steps,
+        derived=derived,
+        runs=runs,
+        base_arm=base_arm,
+        speculative_arms=speculative_arms,
+        steps=steps,
+        speculative_configs=speculative_configs,
     )
-    notes = [*inferred["notes"], *(row["reason"] for row in speculation if row["did_not_speculate"])]
+    environment = None if run_environments is None else environment_check(run_environments=run_environments, runs=runs)
+    notes = [*inferred["notes"], *speculation_notes(speculation), *environment_notes(environment or {})]
     quality = quality_section(
         counts=quality_count_frame,
         regressions=regressions,
@@ -196,6 +209,7 @@ def comparison_compute(
             "cdf": cdf,
             "acceptance": acceptance_tables(steps, request_steps, derived),
             "speculation": speculation,
+            "environment": environment,
             "quality": quality,
             "correctness": correctness,
             "capacity": capacity,
@@ -318,6 +332,7 @@ def _summary(
         "cdf": sections["cdf"],
         "acceptance": sections["acceptance"],
         "speculation": sections["speculation"],
+        **({"environment": sections["environment"]} if sections["environment"] is not None else {}),
         "kv": json_safe(kv_rows(runs, base_arm=base_arm)),
         "sessions": session_tables(derived),
         "quality": sections["quality"],

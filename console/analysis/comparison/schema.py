@@ -306,7 +306,7 @@ class Costs(Record):
     cost_usd: float
     successes: int
     peak_memory_bytes: Number | None
-    mean_util: Value  # 0..1; None: not measured (no accelerator sampled)
+    mean_util: Value  # percent 0-100 (NVML); None: not measured (no accelerator sampled)
     energy_cost_included: bool
     energy_j: Value  # None: not measured by every run
     cost_per_success_usd: Value
@@ -532,15 +532,45 @@ class SpeculationRow(Record):
     is_baseline: bool
     speculative: bool | None  # configured to speculate; None: labels unknown
     server: ServerAcceptance | None  # None unless every run had the server's totals
-    source: str | None  # speculation.PER_REQUEST or RUN_LEVEL; None: not measured
+    source: str | None  # a source constant of .speculation (PER_REQUEST, RUN_LEVEL, ...); None: not measured
     drafts: int | None
     drafted: int | None
     accepted: int | None
     acceptance_rate: Value
     mean_acceptance_length: Value
     rate_per_draft_by_position: tuple[float, ...] | None
+    drafted_evidence: bool | None = None  # the evidence shows drafting; None: unknown
     did_not_speculate: bool
-    reason: str | None
+    reason: str | None  # why whichever flag is set (did_not_speculate, no_evidence, config_mismatch)
+    # Added after the first stored comparisons (default for those): a speculative arm without any
+    # acceptance evidence; drafts that contradict the arm's config (.draft_checks); the most
+    # tokens one step drafted (None without per-step lists).
+    no_evidence: bool = False
+    config_mismatch: bool = False
+    max_drafted_per_step: int | None = None
+
+
+class EnvironmentValue(Record):
+    """One value a compared field took, and the arms and runs that recorded it."""
+
+    value: str
+    arms: tuple[str, ...]
+    run_ids: tuple[int, ...]
+
+
+class EnvironmentMismatch(Record):
+    field: str  # e.g. gpu_names, cpu_model, torch, transformers, vllm, server
+    values: tuple[EnvironmentValue, ...]
+    message: str  # names the field, each value's arms and runs
+
+
+class Environment(Record):
+    """Did every run run on the same hardware class, driver and versions (``.environment``)."""
+
+    fields: tuple[str, ...]  # compared (recorded by at least one run)
+    n_runs_recorded: int  # runs with a hardware or versions record; 0: not checked
+    mismatches: tuple[EnvironmentMismatch, ...]
+    notes: tuple[str, ...]  # fields some runs did not record: not compared for them
 
 
 class KvRow(Record):
@@ -808,6 +838,8 @@ class Comparison(Record):
     cdf: LatencyCdf
     acceptance: AcceptanceTables
     speculation: tuple[SpeculationRow, ...]  # arm x load: did it draft, from which evidence
+    # same hardware, driver and versions across the runs; None (absent): stored before the check
+    environment: Environment | None = _absent()
     kv: tuple[KvRow, ...]  # arm x load, where the engine preallocates (vLLM); else empty
     sessions: Sessions
     quality: Quality

@@ -51,6 +51,14 @@ gate's own JSON, stored with its result and re-evaluated without the comparison:
   speculate) drafted nothing at all (the summary's ``speculation`` rows flagged
   ``did_not_speculate``). The gate refuses to pass on such a candidate: its latency criterion
   (or, for a slice policy, its holdout criterion) fails with that reason.
+- ``no_speculation_evidence``: ``[{"load", "reason"}]``, the loads where the candidate, configured
+  to speculate, left no acceptance evidence at all (the speculation rows' ``no_evidence``, or
+  ``source`` None): criterion 2 (or the holdout criterion) is not measured at a load in scope.
+- ``config_mismatch``: reasons the candidate's or the baseline's drafts contradict its config
+  (``config_mismatch`` rows); ``environment_mismatch``: reasons the two arms' runs differ in
+  hardware, driver or versions (the comparison's ``environment`` section);
+  ``environment_checked``: whether any run recorded its environment. Either mismatch fails
+  criterion 2 (or the holdout criterion) like ``not_speculating``.
 
 Settings (per decision; validated by :func:`gate_settings_validate`)
 -------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """What every criterion shares: the result and number rows it returns, the loads in scope, the
 comparison rows it reads and their direction against the noise floor, ratio intervals, the
-workload weights, and the refusal of a candidate that did not speculate."""
+workload weights, and the refusals of a candidate the comparison cannot vouch for (it did not
+speculate, drafted against its config, ran on other hardware or software than the baseline, or
+left no evidence that it drafted)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeGuard
 
-from console.decisions.gate.constants import FAIL, HIGHER_IS_BETTER, TITLES
+from console.decisions.gate.constants import FAIL, HIGHER_IS_BETTER, NOT_MEASURED, TITLES
 
 
 def finite(x: Any) -> TypeGuard[float]:
@@ -136,9 +138,29 @@ def load_weights_resolve(
 def not_speculating_refusal(facts: Mapping[str, Any]) -> dict[str, Any] | None:
     """A failing result when the candidate, configured to speculate, drafted nothing (server
     counters or per-request metrics say so): what it measured is the baseline again, so no
-    benefit it shows can be speculative decoding's."""
-    reasons = [str(r) for r in facts.get("not_speculating") or []]
+    benefit it shows can be speculative decoding's. Likewise when its drafts (or the baseline's)
+    contradict the arm's config (``config_mismatch``), or when the two arms' runs differ in
+    hardware, driver or versions (``environment_mismatch``): the difference measured is not the
+    configs'."""
+    speculation = [str(r) for key in ("not_speculating", "config_mismatch") for r in facts.get(key) or []]
+    environment = [str(r) for r in facts.get("environment_mismatch") or []]
+    if not speculation and not environment:
+        return None
+    evidence = [{"label": "speculation check", "anchor": "speculation"}] if speculation else []
+    evidence += [{"label": "environment check", "anchor": "environment"}] if environment else []
+    return criterion_result("latency_benefit", FAIL, "; ".join([*speculation, *environment]), [], evidence)
+
+
+def no_evidence_refusal(facts: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A not-measured result when the candidate, configured to speculate, left no evidence that
+    it drafted at a load in scope (no per-request steps, no server counters): nothing says the
+    speculative config ran at all, so its benefit cannot be credited to it (never a pass)."""
+    reasons = [
+        str(r.get("reason"))
+        for r in facts.get("no_speculation_evidence") or []
+        if load_in_scope(str(r.get("load")), settings)
+    ]
     if not reasons:
         return None
     evidence = [{"label": "speculation check", "anchor": "speculation"}]
-    return criterion_result("latency_benefit", FAIL, "; ".join(reasons), [], evidence)
+    return criterion_result("latency_benefit", NOT_MEASURED, "; ".join(reasons), [], evidence)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from console.decisions.gate.common import not_speculating_refusal
+from console.decisions.gate.common import no_evidence_refusal, not_speculating_refusal
 from console.decisions.gate.constants import FAIL, PASS, POLICY_CRITERION
 from console.decisions.gate.latency import criterion_latency_benefit
 from console.decisions.gate.memory import criterion_memory_headroom
@@ -29,7 +29,7 @@ def gate_evaluate(
     holdout evaluation replaces criteria 1 and 2 (the candidate everywhere is not what ships)."""
     resolved = gate_settings_resolve(settings)
     if proposal == "enable_for_slice":
-        refusal = not_speculating_refusal(facts)
+        refusal = not_speculating_refusal(facts) or no_evidence_refusal(facts, resolved)
         first = [
             refusal | {"key": POLICY_CRITERION[0], "title": POLICY_CRITERION[1]}
             if refusal

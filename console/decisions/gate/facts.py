@@ -13,10 +13,12 @@ from typing import Any
 
 from scipy import stats as sps
 
+from console.analysis.comparison.draft_checks import no_evidence_reason
 from console.analysis.comparison.schema import (
     Capacity,
     Comparison,
     DeltaRow,
+    Environment,
     HeadlineRow,
     KvRow,
     RunRow,
@@ -87,6 +89,7 @@ def gate_facts_from_summary(
         for row in summary.speculation
         if row.arm == candidate_arm and row.did_not_speculate
     ]
+    facts |= _evidence_facts(summary, candidate_arm=candidate_arm, baseline_arm=baseline)
     facts["comparisons"] = _comparisons(summary, candidate_arm=candidate_arm, baseline_arm=baseline)
     facts["quality"] = _quality_facts(summary, candidate_arm=candidate_arm, exact_expected=exact_expected)
     facts["headline"] = [
@@ -135,11 +138,51 @@ def _arm_free_facts(summary: Comparison | None, *, candidate_arm: str | None) ->
         "headline": [],
         "acceptance_rate_min": None,
         "not_speculating": [],
+        "no_speculation_evidence": [],
+        "config_mismatch": [],
+        "environment_mismatch": [],
+        "environment_checked": bool(summary.environment and summary.environment.n_runs_recorded) if summary else False,
         "kv": [],
         "cost_basis": summary.cost_basis if summary else None,
         "load_weights": dict(stored.load_weights) if stored else {},
         "capacity": None,
     }
+
+
+def _evidence_facts(summary: Comparison, *, candidate_arm: str, baseline_arm: str) -> dict[str, Any]:
+    """What the speculation and environment checks say against the candidate:
+    ``no_speculation_evidence`` ([{``load``, ``reason``}]: a speculative candidate's loads without
+    acceptance evidence), ``config_mismatch`` (reasons: the candidate's or the baseline's drafts
+    contradict its config) and ``environment_mismatch`` (reasons: the two arms' runs differ in
+    hardware, driver or versions)."""
+    missing = [
+        {"load": row.load, "reason": row.reason or no_evidence_reason(arm=row.arm, load=row.load, arms_with_counters=())}
+        for row in summary.speculation
+        if row.arm == candidate_arm
+        and not row.is_baseline
+        and (row.no_evidence or (row.speculative is True and row.source is None))
+    ]
+    mismatch = [
+        str(row.reason or f"config mismatch: {row.arm} at load {row.load}")
+        for row in summary.speculation
+        if row.arm in (candidate_arm, baseline_arm) and row.config_mismatch
+    ]
+    return {
+        "no_speculation_evidence": missing,
+        "config_mismatch": mismatch,
+        "environment_mismatch": _environment_mismatch(summary.environment, arms={candidate_arm, baseline_arm}),
+    }
+
+
+def _environment_mismatch(environment: Environment | None, *, arms: set[str]) -> list[str]:
+    """The messages of the fields on which the runs of ``arms`` took more than one value."""
+    if environment is None:
+        return []
+    return [
+        m.message
+        for m in environment.mismatches
+        if sum(1 for v in m.values if arms & set(v.arms)) > 1
+    ]
 
 
 def _capacity_facts(

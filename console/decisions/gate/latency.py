@@ -12,6 +12,7 @@ from console.decisions.gate.common import (
     comparison_rows,
     criterion_result,
     finite,
+    no_evidence_refusal,
     not_speculating_refusal,
     number_row,
     scope_loads,
@@ -25,7 +26,10 @@ def criterion_latency_benefit(facts: Mapping[str, Any], settings: Mapping[str, A
     every candidate arm x load), interval below zero and ``|delta|`` beyond the A/A noise
     floor; and no guard metric of that class (``guard_latency_metrics``: TTFT and e2e p95 by
     default) is worse beyond the floor. Not measured without a floor, with an unstable
-    baseline, at a load in scope without data, or when the class has too few requests."""
+    baseline, at a load in scope without data, or when the class has too few requests. Fails on
+    a candidate that did not speculate, drafted against its config or ran on other hardware or
+    software than the baseline (``not_speculating_refusal``); not measured when it left no
+    evidence that it drafted at a load in scope (``no_evidence_refusal``)."""
     key = "latency_benefit"
     evidence = [{"label": "primary endpoints", "anchor": "primary"}, {"label": "noise floor", "anchor": "noise"}]
     ends = facts.get("endpoints") or {}
@@ -40,7 +44,7 @@ def criterion_latency_benefit(facts: Mapping[str, Any], settings: Mapping[str, A
             [],
             evidence,
         )
-    refusal = not_speculating_refusal(facts)
+    refusal = not_speculating_refusal(facts) or no_evidence_refusal(facts, settings)
     if refusal:
         return refusal | {"key": key, "title": TITLES[key]}
     if not facts.get("has_noise_floor"):
