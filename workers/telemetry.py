@@ -63,6 +63,9 @@ def hardware_describe(*, nvml: ModuleType | None = _AUTO) -> dict[str, Any]:
         "memory_bytes": psutil.virtual_memory().total,
         "gpus": [],
     }
+    if os.environ.get("CUDA_VISIBLE_DEVICES"):
+        # NVML lists every GPU of the host; which one this worker ran on is what it was given
+        out["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
     nvml = nvml_load() if nvml is _AUTO else nvml
     if nvml is not None:
         for index in range(nvml.nvmlDeviceGetCount()):

@@ -102,6 +102,11 @@ class ExperimentIn(Strict):
         '"interactive", "attainment": 0.99, "p95_tpot_s": 0.2, "p95_e2e_s": 10}, "lo": 0.25, "hi": 16, '
         '"steps": 5}; null = off',
     )
+    scheduling: Literal["parallel", "lockstep"] = Field(
+        "parallel",
+        description="parallel: every run released at once; lockstep: one run at a time in matrix order, "
+        "so the interleaving holds with many workers (docs/gpu-workers.md)",
+    )
     notes: text(LONG_TEXT) = ""  # type: ignore[valid-type]
 
 

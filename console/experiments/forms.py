@@ -114,6 +114,15 @@ class ExperimentForm(forms.Form):
         required=False,
         label="Success metric",
     )
+    scheduling = forms.ChoiceField(
+        choices=[
+            ("parallel", "parallel: every run released at once"),
+            ("lockstep", "lockstep: one run at a time, in matrix order (many workers)"),
+        ],
+        initial="parallel",
+        label="Scheduling",
+        help_text="with several workers on the queue, lockstep keeps the arms interleaved in time",
+    )
     capacity_search = forms.BooleanField(
         required=False,
         label="Capacity search",

@@ -60,6 +60,11 @@ class Experiment(models.Model):
     )
     repeats = models.PositiveIntegerField(default=3)
     warmup = models.PositiveIntegerField(default=1)
+    scheduling = models.CharField(
+        max_length=10,
+        default="parallel",
+        help_text="parallel: every run released at once; lockstep: one at a time, in matrix order (console/experiments/scheduling.py)",
+    )
     cost_per_hour_usd = models.FloatField(default=0.0)
     power_price_usd_per_kwh = models.FloatField(null=True, blank=True)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.DRAFT)

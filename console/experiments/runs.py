@@ -35,6 +35,7 @@ from console.experiments.capacity_search import capacity_searches_advance
 from console.experiments.enqueue import comparison_enqueue, run_enqueue
 from console.experiments.hooks import run_finished_notify, run_results_discard
 from console.experiments.models import Experiment, Run
+from console.experiments.scheduling import LOCKSTEP, lockstep_release
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +196,7 @@ def experiment_status_refresh(*, experiment_id: int) -> str:
         capacity_searches_advance(experiment_id=experiment_id)
     except Exception:  # the next refresh (the reaper's, at the latest) tries again
         log.exception("experiment %s: could not advance its capacity searches", experiment_id)
+    lockstep_release(experiment_id=experiment_id)  # a lockstep experiment's next run, if none is in flight
     statuses = set(Run.objects.filter(experiment_id=experiment_id).values_list("status", flat=True))
     if statuses & {Run.Status.QUEUED, Run.Status.RUNNING}:
         return Experiment.Status.RUNNING
@@ -307,6 +309,8 @@ def _queued_resend(*, report: ReapReport, older_than: datetime.datetime) -> None
             experiment__status=Experiment.Status.RUNNING,
         )
         .filter(Q(enqueued_at__lt=older_than) | Q(enqueued_at__isnull=True))
+        # a lockstep experiment's runs not yet released wait for their turn, not for the broker
+        .exclude(experiment__scheduling=LOCKSTEP, celery_task_id="")
         .only("pk", "celery_task_id", "queue")
     )
     if not waiting:

@@ -27,6 +27,7 @@ from console.experiments.matrix import (
 )
 from console.experiments.models import Arm, Experiment, Run
 from console.experiments.runs import experiment_status_refresh
+from console.experiments.scheduling import LOCKSTEP, lockstep_release, scheduling_check
 from console.traces.models import TRAFFIC_CLASSES, Trace
 
 SPLITS = ("all", "train", "holdout")
@@ -108,6 +109,7 @@ def experiment_create(
     power_price_usd_per_kwh: float | None = None,
     endpoints: dict | None = None,
     capacity_search: dict | None = None,
+    scheduling: str = "parallel",
     created_by=None,
     notes: str = "",
 ) -> Experiment:
@@ -146,6 +148,7 @@ def experiment_create(
         errors=errors,
     )
     _trace_check(trace=trace, split=split, buckets=buckets, errors=errors)
+    scheduling_check(scheduling, errors=errors)
     if errors:
         raise ExperimentInvalid(errors)
 
@@ -157,6 +160,7 @@ def experiment_create(
             output_limit=output_limit, sampling=sampling, repeats=repeats, warmup=warmup,
             deadlines=clean_deadlines, endpoints=clean_endpoints, capacity_search=clean_search,
             cost_per_hour_usd=float(cost_per_hour_usd), power_price_usd_per_kwh=power_price_usd_per_kwh,
+            scheduling=scheduling,
         )
         arm_rows = arms_store(experiment=experiment, arms=arms, engine=engine, target_model=target_model)
         _runs_write(
@@ -295,7 +299,7 @@ def run_queue(*, engine: str, engine_args: dict) -> str:
 
 @transaction.atomic
 def experiment_start(*, experiment: Experiment, queue: str | None = None) -> int:
-    """Queue every queued run, in the stored interleaved order. Returns how many were queued.
+    """Queue every queued run (``lockstep``: the first), in the stored order. Returns how many.
 
     ``queue`` overrides each run's own queue: a worker started for this one experiment
     (``workers/embedded.py``) listens on a queue of its own, so it serves these runs only.
@@ -305,6 +309,8 @@ def experiment_start(*, experiment: Experiment, queue: str | None = None) -> int
     )
     if not updated:
         return 0
+    if experiment.scheduling == LOCKSTEP and queue is None:
+        return lockstep_release(experiment_id=experiment.pk)  # the first run; the rest as each ends
     runs = list(Run.objects.filter(experiment=experiment, status=Run.Status.QUEUED).order_by("order"))
     for run in runs:
         run_enqueue(run=run, queue=queue)

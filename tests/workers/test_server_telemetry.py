@@ -126,7 +126,7 @@ def _register(settings, url, telemetry=None):
     settings.SPECREVIEW_OPENAI_SERVERS = servers
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # the replay's heartbeat writes from its own thread
 def test_an_openai_arm_stores_the_servers_memory_or_none_never_the_clients(settings):
     from console.analysis.comparison.schema import summary_load
     from console.analysis.services import comparison_refresh
