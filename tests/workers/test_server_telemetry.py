@@ -127,7 +127,7 @@ def _register(settings, url, telemetry=None):
 
 
 @pytest.mark.django_db(transaction=True)  # the replay's heartbeat writes from its own thread
-def test_an_openai_arm_stores_the_servers_memory_or_none_never_the_clients(settings):
+def test_an_openai_arm_stores_the_servers_memory_or_none_never_the_clients(settings, viewer_client):
     from console.analysis.comparison.schema import summary_load
     from console.analysis.services import comparison_refresh
     from console.decisions import gate
@@ -164,6 +164,12 @@ def test_an_openai_arm_stores_the_servers_memory_or_none_never_the_clients(setti
     sources = summary["memory_sources"]
     label = cand.run.arm.label
     assert sources["baseline"].startswith("server /metrics") and sources[label].startswith("not measured")
+    # the page says so per arm: the server's source for one, a not-measured badge for the other
+    html = viewer_client.get(f"/analysis/experiments/{experiment.pk}/").content.decode()
+    section = html[html.index('id="memory-sources"') :]
+    section = section[: section.index("</section>")]
+    assert "server /metrics" in section and '<span class="badge na">not measured</span>' in section
+    assert "the worker process" not in section  # neither openai arm's memory is the worker's
     facts = gate.gate_facts_from_summary(
         summary_load(summary), candidate_arm=label, traffic_class="interactive", capacity_bytes=64 * 2**30
     )
