@@ -120,6 +120,7 @@ class ExperimentForm(forms.Form):
             ("lockstep", "lockstep: one run at a time, in matrix order (many workers)"),
         ],
         initial="parallel",
+        required=False,  # a form without it (an older client) keeps today's behaviour
         label="Scheduling",
         help_text="with several workers on the queue, lockstep keeps the arms interleaved in time",
     )
@@ -164,6 +165,9 @@ class ExperimentForm(forms.Form):
             "success_metric": self.cleaned_data.get("success_metric") or "success",
             "success_stat": "mean",
         }
+
+    def clean_scheduling(self) -> str:
+        return self.cleaned_data.get("scheduling") or "parallel"
 
     def clean_candidates(self):
         value = self.cleaned_data["candidates"]
