@@ -137,3 +137,15 @@ def synthetic_experiment(
                     )
                 runs.append({"run_id": run_id, "arm": arm, "load": load, "repeat": rep, "wall_s": wall + 1.0})
     return pd.DataFrame(rows), runs_frame(*runs)
+
+
+def server_counters(drafts, draft_tokens, accepted, per_pos=None):
+    """A run's spec-decode counter deltas as the openai engine stores them (vLLM's names)."""
+    out = {
+        "spec_decode_num_drafts": drafts,
+        "spec_decode_num_draft_tokens": draft_tokens,
+        "spec_decode_num_accepted_tokens": accepted,
+    }
+    if per_pos is not None:
+        out["spec_decode_num_accepted_tokens_per_pos"] = per_pos
+    return out

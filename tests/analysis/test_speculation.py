@@ -8,18 +8,7 @@ import pytest
 from console.analysis.acceptance import server_acceptance, server_counters_sum
 from console.analysis.comparison import comparison_compute
 from console.analysis.comparison.speculation import NOT_SPECULATING, PER_REQUEST, RUN_LEVEL
-from tests.analysis.builders import frame, request_row, runs_frame
-
-
-def _counters(drafts, draft_tokens, accepted, per_pos=None):
-    out = {
-        "spec_decode_num_drafts": drafts,
-        "spec_decode_num_draft_tokens": draft_tokens,
-        "spec_decode_num_accepted_tokens": accepted,
-    }
-    if per_pos is not None:
-        out["spec_decode_num_accepted_tokens_per_pos"] = per_pos
-    return out
+from tests.analysis.builders import frame, request_row, runs_frame, server_counters
 
 
 def _experiment(*, cand_steps=None, cand_counters=None, engine="openai", n=12):
@@ -59,9 +48,9 @@ def _speculation(requests, runs, *, speculative_arms=("spec",)):
 
 
 def test_it_sums_counter_deltas_over_runs_and_refuses_a_partial_sum():
-    total = server_counters_sum([_counters(3, 9, 5, [3, 2]), _counters(1, 3, 1, [1, 0, 0])])
+    total = server_counters_sum([server_counters(3, 9, 5, [3, 2]), server_counters(1, 3, 1, [1, 0, 0])])
     assert total == {"drafts": 4, "drafted": 12, "accepted": 6, "accepted_per_pos": [4, 2, 0]}
-    assert server_counters_sum([_counters(3, 9, 5), {"metrics_error": "http://x/metrics: HTTP 404"}]) is None
+    assert server_counters_sum([server_counters(3, 9, 5), {"metrics_error": "http://x/metrics: HTTP 404"}]) is None
     assert server_counters_sum([]) is None
 
 
@@ -73,7 +62,7 @@ def test_it_computes_run_level_acceptance_by_the_one_definition():
 
 
 def test_it_uses_the_servers_counters_when_no_request_recorded_steps():
-    requests, runs = _experiment(cand_counters=_counters(24, 72, 36, [20, 12, 4]))
+    requests, runs = _experiment(cand_counters=server_counters(24, 72, 36, [20, 12, 4]))
     rows, _ = _speculation(requests, runs)
     spec = rows["spec"]
     assert spec["source"] == RUN_LEVEL == "run-level (server counters)"
@@ -87,7 +76,7 @@ def test_it_uses_the_servers_counters_when_no_request_recorded_steps():
 
 def test_it_prefers_per_request_steps_and_keeps_the_counters_beside_them():
     # 4 tokens: the prefill's token, then steps accepting 1 and 0 (1 + 2 + 1 = 4 tokens).
-    requests, runs = _experiment(cand_steps=([3, 3], [1, 0]), cand_counters=_counters(24, 72, 12))
+    requests, runs = _experiment(cand_steps=([3, 3], [1, 0]), cand_counters=server_counters(24, 72, 12))
     rows, summary = _speculation(requests, runs)
     spec = rows["spec"]
     assert spec["source"] == PER_REQUEST
@@ -99,7 +88,7 @@ def test_it_prefers_per_request_steps_and_keeps_the_counters_beside_them():
 
 
 def test_it_flags_a_speculative_arm_whose_server_counters_show_no_draft():
-    requests, runs = _experiment(cand_counters=_counters(0, 0, 0) | {"spec_decode": "not configured"})
+    requests, runs = _experiment(cand_counters=server_counters(0, 0, 0) | {"spec_decode": "not configured"})
     rows, summary = _speculation(requests, runs)
     spec = rows["spec"]
     assert spec["did_not_speculate"] is True
@@ -117,7 +106,7 @@ def test_it_flags_nothing_without_evidence_or_without_the_speculative_label():
     requests, runs = _experiment()  # no steps, no counters: not measured, not flagged
     rows, _ = _speculation(requests, runs)
     assert rows["spec"]["source"] is None and rows["spec"]["did_not_speculate"] is False
-    requests, runs = _experiment(cand_counters=_counters(0, 0, 0))
+    requests, runs = _experiment(cand_counters=server_counters(0, 0, 0))
     rows, _ = _speculation(requests, runs, speculative_arms=())  # a candidate not configured to speculate
     assert rows["spec"]["speculative"] is False and rows["spec"]["did_not_speculate"] is False
     rows, _ = _speculation(requests, runs, speculative_arms=None)  # labels unknown (calibration)
@@ -127,7 +116,7 @@ def test_it_flags_nothing_without_evidence_or_without_the_speculative_label():
 def test_it_counts_a_servers_per_request_totals_where_requests_sent_no_steps():
     # vLLM's summary level: 3 drafts of 3 tokens, 2 accepted, per request; 1 + 3 + 2 = 6 tokens
     # would be emitted but the request has 4: 2 accepted tokens were cut and are taken off.
-    requests, runs = _experiment(cand_counters=_counters(36, 108, 24))
+    requests, runs = _experiment(cand_counters=server_counters(36, 108, 24))
     spec = requests["arm"] == "spec"
     requests["spec_totals"] = [
         {"drafts": 3, "draft_tokens": 9, "accepted": 2} if is_spec else None for is_spec in spec

@@ -6,20 +6,9 @@ from __future__ import annotations
 
 from console.analysis.comparison import comparison_compute
 from console.analysis.comparison.draft_checks import MIN_STEPS_FOR_K, config_mismatch_reason
-from tests.analysis.builders import frame, request_row, runs_frame
+from tests.analysis.builders import frame, request_row, runs_frame, server_counters
 
 NGRAM_K4 = {"method": "ngram", "num_speculative_tokens": 4}
-
-
-def _counters(drafts, draft_tokens, accepted, per_pos=None):
-    out = {
-        "spec_decode_num_drafts": drafts,
-        "spec_decode_num_draft_tokens": draft_tokens,
-        "spec_decode_num_accepted_tokens": accepted,
-    }
-    if per_pos is not None:
-        out["spec_decode_num_accepted_tokens_per_pos"] = per_pos
-    return out
 
 
 def _rows(*, cand_steps=None, cand_counters=None, base_steps=None, configs=None, n=8):
@@ -66,16 +55,16 @@ def test_it_flags_a_step_that_drafted_more_than_the_configured_k():
 
 
 def test_it_flags_server_counters_drafting_more_per_draft_than_k():
-    rows, _ = _rows(cand_counters=_counters(24, 24 * 6, 30))
+    rows, _ = _rows(cand_counters=server_counters(24, 24 * 6, 30))
     assert rows["spec"]["config_mismatch"] is True and "6.00 tokens per draft" in rows["spec"]["reason"]
-    rows, _ = _rows(cand_counters=_counters(24, 24 * 4, 30, [10, 8, 6, 4, 2, 0]))
+    rows, _ = _rows(cand_counters=server_counters(24, 24 * 4, 30, [10, 8, 6, 4, 2, 0]))
     assert rows["spec"]["config_mismatch"] is True and "6 draft positions" in rows["spec"]["reason"]
 
 
 def test_it_does_not_flag_an_ngram_arm_that_drafted_fewer_than_k():
     rows, _ = _rows(cand_steps=([4, 2], [1, 1]))  # short matches propose fewer: not evidence
     assert rows["spec"]["config_mismatch"] is False and rows["spec"]["reason"] is None
-    rows, _ = _rows(cand_counters=_counters(24, 24 * 3, 30, [10, 8, 6]))
+    rows, _ = _rows(cand_counters=server_counters(24, 24 * 3, 30, [10, 8, 6]))
     assert rows["spec"]["config_mismatch"] is False
 
 

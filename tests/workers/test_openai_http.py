@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.support.net import free_port
 from tests.support.stream_server import (
     TOKEN_ID_BASE,
     Script,
@@ -56,12 +57,6 @@ def _run(engine, request):
             await engine.aclose()
 
     return asyncio.run(go())
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_it_is_registered_as_the_openai_kind():
@@ -197,7 +192,7 @@ def test_it_reports_a_connection_dropped_mid_stream_as_transient(server):
 
 def test_it_fails_start_transiently_when_nothing_listens(openai_register):
     engine = OpenAIEngine()
-    url = openai_register(f"http://127.0.0.1:{_free_port()}/v1", name="nothing")
+    url = openai_register(f"http://127.0.0.1:{free_port()}/v1", name="nothing")
     config = EngineConfig(engine="openai", target_model="tiny", engine_args={"server": url})
     with pytest.raises(EngineError, match="cannot reach") as err:
         engine.start(config)
@@ -206,7 +201,7 @@ def test_it_fails_start_transiently_when_nothing_listens(openai_register):
 
 def test_it_fails_a_stream_transiently_when_the_server_went_away(openai_register):
     engine = OpenAIEngine()
-    port = _free_port()
+    port = free_port()
     openai_register(f"http://127.0.0.1:{port}/v1", name="gone")
     engine.start(
         EngineConfig(

@@ -10,9 +10,9 @@ and no ``/metrics``. The engine, with its default engine_args, must serve all of
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +29,7 @@ from console.experiments.services import experiment_create, experiment_start
 from console.results.models import RequestResult
 from tests.conftest import wait_for
 from tests.experiments.factories import trace_make
+from tests.support.net import free_port
 from workers.catalog.resolve import model_resolve
 from workers.engines.base import EngineConfig, EngineError, EngineRequest
 from workers.engines.openai_http import OpenAIEngine
@@ -40,24 +41,19 @@ pytestmark = [pytest.mark.model, pytest.mark.slow]
 START_TIMEOUT_S = 180
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """(base URL ending in /v1, the model name the server answers to)."""
-    pytest.importorskip("fastapi")
-    pytest.importorskip("uvicorn")
+    # make test installs the `serving` extra: a missing server fails here, never skips (a skip
+    # would hide a missing install step).
+    missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
     # This interpreter's own CLI first: another transformers on PATH is not the one under test.
     here = Path(sys.executable).with_name("transformers")
     cli = str(here) if here.exists() else shutil.which("transformers") or ""
-    if not cli:
-        pytest.skip("the transformers CLI is not installed (transformers[serving])")
+    if missing or not cli:
+        pytest.fail(f"transformers serve cannot start here ({missing or 'no transformers CLI'}): pip install -e '.[serving]'")
     model = str(model_resolve(name_or_path="smollm2-135m"))
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.net import free_port
 from workers.engines.base import EngineConfig, EngineRequest
 from workers.engines.openai_http import OpenAIEngine
 from workers.replay.records import RequestSpec
@@ -30,12 +30,6 @@ PROMPT = (
     "def add(a, b):\n    return a + b\n\ndef add3(a, b, c):\n    return a + b + c\n\ndef add4(a, b, c, d):\n"
 )
 START_TIMEOUT_S = 600
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +49,7 @@ def _vllm_serve(tmp_path_factory, *, extra):
     from workers.catalog.resolve import model_resolve
 
     folder = model_resolve(name_or_path="smollm2-135m")
-    port = _free_port()
+    port = free_port()
     cpus = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
     env = {
         **os.environ,

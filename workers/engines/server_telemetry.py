@@ -31,7 +31,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
+
+from .openai_metrics import prometheus_samples
 
 TELEMETRY_KINDS = ("metrics", "dcgm", "prometheus")
 QUERY_KEYS = ("memory_bytes", "gpu_util_pct", "power_w")
@@ -104,16 +105,6 @@ def telemetry_reader(
     return f"Prometheus {spec['url']}", lambda: _prometheus_read(url=spec["url"], queries=spec["queries"])
 
 
-def _samples(text: str) -> list[tuple[str, dict[str, str], float]]:
-    out = []
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            value = float(sample.value)
-            if value == value and abs(value) != float("inf"):
-                out.append((sample.name, dict(sample.labels), value))
-    return out
-
-
 def _page(url: str, headers: Mapping[str, str] | None = None) -> str:
     response = httpx.get(url, headers=dict(headers or {}), timeout=READ_TIMEOUT_S)
     response.raise_for_status()
@@ -121,7 +112,7 @@ def _page(url: str, headers: Mapping[str, str] | None = None) -> str:
 
 
 def _metrics_read(*, url: str, headers: Mapping[str, str]) -> dict[str, float]:
-    rss = [v for name, _, v in _samples(_page(url, headers)) if name == "process_resident_memory_bytes"]
+    rss = [v for name, _, v in prometheus_samples(text=_page(url, headers)) if name == "process_resident_memory_bytes"]
     return {"memory_bytes": sum(rss)} if rss else {}
 
 
@@ -129,7 +120,7 @@ def dcgm_page_read(text: str, *, gpus: list[int] | None = None) -> dict[str, flo
     """One DCGM exporter page as ``{"memory_bytes", "util_pct", "power_w", "energy_mj"}``: memory,
     power and energy summed over the GPUs kept, utilisation their mean."""
     values: dict[str, list[float]] = {}
-    for name, labels, value in _samples(text):
+    for name, labels, value in prometheus_samples(text=text):
         # prometheus_client's parser names a counter's sample ``<name>_total``; the exporter's is bare
         key = DCGM_FIELDS.get(name.removesuffix("_total"))
         if key is None:
