@@ -143,8 +143,13 @@ def _worker_env() -> dict:
     else:
         env["DATABASE_URL"] = f"sqlite:///{connection.settings_dict['NAME']}"
     env["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL
-    # The servers and credentials a test registered (openai_register), as an operator would.
-    env["SPECREVIEW_OPENAI_SERVERS"] = json.dumps(settings.SPECREVIEW_OPENAI_SERVERS)
+    # The servers and credentials a test registered (openai_register), as an operator would: the
+    # settings keep a server's telemetry as JSON text, the variable takes it as an object.
+    servers = {
+        name: {**entry, **({"telemetry": json.loads(entry["telemetry"])} if entry.get("telemetry") else {})}
+        for name, entry in settings.SPECREVIEW_OPENAI_SERVERS.items()
+    }
+    env["SPECREVIEW_OPENAI_SERVERS"] = json.dumps(servers)
     env["SPECREVIEW_OPENAI_CREDENTIALS"] = ",".join(
         f"{name}={source['env']}" if "env" in source else f"{name}=@{source['file']}"
         for name, source in settings.SPECREVIEW_OPENAI_CREDENTIALS.items()

@@ -177,7 +177,7 @@ def test_it_replays_requests_with_the_default_engine_args_and_measures_no_accept
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_it_runs_an_experiment_through_a_real_worker_and_the_gate_says_why_it_cannot_pass(
-    served, celery_worker_proc, engineer
+    served, celery_worker_proc, engineer, viewer_client
 ):
     """Baseline, an A/A twin and a candidate claiming n-gram, against a server that measures no
     acceptance: every run completes, the candidate's acceptance is not measured, and the gate
@@ -235,3 +235,16 @@ def test_it_runs_an_experiment_through_a_real_worker_and_the_gate_says_why_it_ca
     assert status == "not_measured" and reason.startswith(
         "no drafting evidence: ngram is configured to speculate"
     )
+    # The comparison page names where every memory and acceptance figure came from: this server
+    # registered no telemetry (memory not measured, per arm, saying why) and reports no drafts.
+    html = viewer_client.get(f"/analysis/experiments/{experiment.pk}/").content.decode()
+    memory = _section(html, "memory-sources")
+    assert memory.count('<span class="badge na">not measured</span>') == 3 and "names no telemetry" in memory
+    assert "the worker process" not in memory
+    speculation = _section(html, "speculation")
+    assert "no drafting evidence" in speculation and "no drafting evidence: ngram is configured" in speculation
+
+
+def _section(html: str, section_id: str) -> str:
+    part = html[html.index(f'id="{section_id}"') :]
+    return part[: part.index("</section>")]
