@@ -125,30 +125,60 @@
   // The comparison page's slice selector (templates/analysis/_slice_view.html): on a change, fetch
   // the page for that slice and swap #slice-view (its table and charts) in place; without this
   // script the form's "Show" button loads the same page.
+  // The comparison's slice selector: one request per choice, the newest choice wins. Listeners
+  // are bound once, on the document (the view they act on is replaced by each answer); a choice
+  // made while an answer is on its way aborts that request, and a late answer for an older
+  // choice is dropped, so the view always shows the slice selected last.
+  var slice = { requested: null, seq: 0, controller: null };
+  function sliceShow(form, value) {
+    var view = document.getElementById("slice-view");
+    if (!view || value === slice.requested) return;  // "Show" after a change: already on its way
+    slice.requested = value;
+    var seq = ++slice.seq;
+    if (slice.controller) slice.controller.abort();
+    slice.controller = window.AbortController ? new AbortController() : null;
+    var url = new URL(form.action || window.location.href, window.location.href);
+    url.searchParams.set("slice", value);
+    view.setAttribute("aria-busy", "true");
+    fetch(url.toString(), {
+      credentials: "same-origin",
+      headers: { "X-Requested-With": "fetch" },
+      signal: slice.controller ? slice.controller.signal : undefined
+    })
+      .then(function (response) { return response.text(); })
+      .then(function (text) {
+        if (seq !== slice.seq) return;
+        var current = document.getElementById("slice-view");
+        var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("slice-view");
+        if (!current) return;
+        if (!fresh) { current.removeAttribute("aria-busy"); slice.requested = null; return; }
+        if (window.Plotly) current.querySelectorAll(".plotly-graph-div").forEach(function (el) { window.Plotly.purge(el); });
+        current.replaceWith(fresh);
+        drawFigures(fresh);
+        window.history.replaceState(null, "", url.toString());
+      })
+      .catch(function () {
+        if (seq !== slice.seq) return;  // aborted for a newer choice
+        slice.requested = null;
+        var current = document.getElementById("slice-view");
+        if (current) current.removeAttribute("aria-busy");
+      });
+  }
   function sliceSelector() {
     var view = document.getElementById("slice-view");
     if (!view || !window.fetch || !window.DOMParser) return;
-    var form = view.querySelector("#slice-form"), select = view.querySelector("#slice-select");
-    if (!form || !select) return;
-    function show(value) {
-      var url = new URL(form.action || window.location.href, window.location.href);
-      url.searchParams.set("slice", value);
-      view.setAttribute("aria-busy", "true");
-      fetch(url.toString(), { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
-        .then(function (response) { return response.text(); })
-        .then(function (text) {
-          var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("slice-view");
-          if (!fresh) { view.removeAttribute("aria-busy"); return; }
-          if (window.Plotly) view.querySelectorAll(".plotly-graph-div").forEach(function (el) { window.Plotly.purge(el); });
-          view.replaceWith(fresh);
-          drawFigures(fresh);
-          window.history.replaceState(null, "", url.toString());
-          sliceSelector();
-        })
-        .catch(function () { view.removeAttribute("aria-busy"); });
-    }
-    select.addEventListener("change", function () { show(select.value); });
-    form.addEventListener("submit", function (event) { event.preventDefault(); show(select.value); });
+    slice.requested = view.dataset.slice || null;
+    document.addEventListener("change", function (event) {
+      var select = event.target;
+      if (select && select.id === "slice-select" && select.form) sliceShow(select.form, select.value);
+    });
+    document.addEventListener("submit", function (event) {
+      var form = event.target;
+      if (!form || form.id !== "slice-form") return;
+      event.preventDefault();
+      var select = form.querySelector("#slice-select");
+      if (select) sliceShow(form, select.value);
+    });
   }
 
   function init() {
