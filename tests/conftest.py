@@ -16,6 +16,34 @@ SHARED_DATA = Path(os.environ.get("SPECREVIEW_SHARED_DATA", ROOT.parent / "share
 PASSWORD = "correct-horse-battery"
 
 
+def _broker_per_xdist_worker() -> None:
+    """Under pytest-xdist each test process gets its own Redis database (15, 14, ... from the
+    configured one down): a test that purges the queue or starts a worker must not take another
+    process's messages. Postgres needs nothing: pytest-django names each process's test database
+    (``test_specreview_gw0``, ...). The workers a test starts inherit the URL (``_worker_env``)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return
+    from urllib.parse import urlsplit, urlunsplit
+
+    from django.conf import settings
+
+    parts = urlsplit(settings.CELERY_BROKER_URL)
+    if parts.scheme not in ("redis", "rediss"):
+        return
+    base = int(parts.path.strip("/") or 0)
+    db = base - int(worker[2:])
+    if db < 0:
+        raise RuntimeError(f"too many xdist workers for Redis databases below {base}: {worker}")
+    url = urlunsplit(parts._replace(path=f"/{db}"))
+    settings.CELERY_BROKER_URL = url
+    # Celery's app reads CELERY_BROKER_URL from the environment before its configuration.
+    os.environ["CELERY_BROKER_URL"] = url
+
+
+_broker_per_xdist_worker()
+
+
 @pytest.fixture(autouse=True)
 def _cache_cleared():
     """Each test starts with an empty cache: login and token throttling counters live there."""
