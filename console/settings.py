@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
+    "ninja",  # the API docs page: django-ninja's Swagger UI template and its static files (no CDN)
     "console.accounts",
     "console.traces",
     "console.experiments",

@@ -27,6 +27,7 @@ urlpatterns = [
     path("analysis/", include("console.analysis.urls")),
     path("policies/", include("console.policies.urls")),
     path("decisions/", include("console.decisions.urls")),
+    path("api/docs/", views.api_docs, name="api-docs"),
     path("api/", include(api_patterns)),
     path("admin/", admin.site.urls),
 ]

@@ -10,6 +10,8 @@ from console.accounts.services import ApiTokenRejected, api_token_authenticate
 from console.accounts.throttle import client_address
 
 PUBLIC_PREFIXES = ("/accounts/login/", "/static/", "/healthz")
+# The API's interactive docs are a page for a person: a session and the login redirect, like any page.
+API_PAGES = ("/api/docs/",)
 
 
 class LoginRequiredEverywhere:
@@ -18,7 +20,7 @@ class LoginRequiredEverywhere:
 
     def __call__(self, request):
         path = request.path
-        if path.startswith("/api/"):
+        if path.startswith("/api/") and path not in API_PAGES:
             raw = _bearer(request)
             if raw is not None:
 
