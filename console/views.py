@@ -35,5 +35,5 @@ def api_docs(request: HttpRequest):
     its scripts and styles served from this console's static files (no CDN: the console works
     offline, and the page keeps the Content-Security-Policy of script-src 'self')."""
     settings = {"layout": "BaseLayout", "deepLinking": True, "url": reverse("openapi")}
-    context = {"swagger_settings": json.dumps(settings), "api": api, "add_csrf": False}
+    context = {"swagger_settings": json.dumps(settings), "api": api, "add_csrf": True}
     return render(request, "ninja/swagger.html", context)
