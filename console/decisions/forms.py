@@ -76,7 +76,8 @@ def _policy_ref_clean(value: str) -> str:
 class DecisionCreateForm(forms.Form):
     experiment = forms.ModelChoiceField(queryset=Experiment.objects.all())
     title = forms.CharField(max_length=200, required=False)
-    proposal = forms.ChoiceField(choices=Decision.Proposal.choices)
+    # No proposal is preselected: enabling speculation everywhere is a choice, never a default.
+    proposal = forms.ChoiceField(choices=[("", "Choose a proposal"), *Decision.Proposal.choices])
     candidate_arm = forms.ModelChoiceField(queryset=Arm.objects.filter(is_baseline=False), required=False)
     traffic_class = forms.ChoiceField(choices=[(c, c) for c in TRAFFIC_CLASSES])
     rationale = forms.CharField(widget=forms.Textarea, required=False, max_length=TEXT_MAX_CHARS)

@@ -21,6 +21,7 @@ from console.accounts.services import user_role
 from console.analysis.comparison.schema import Summary
 from console.decisions import checklist, gate, selectors
 from console.decisions.archiving import archive_record_append
+from console.decisions.gate.constants import TITLES
 from console.decisions.limits import decision_text_problems
 from console.decisions.models import AuditEvent, Decision, FrozenDecisionError, SignOff
 from console.decisions.recompute import decision_recompute
@@ -352,7 +353,8 @@ def _signoff_checked(
     failing = override_required(decision=decision, verdict=verdict)
     if failing and not override_reason.strip():
         raise DecisionError(
-            "the gate does not pass (" + ", ".join(failing) + "): approving needs an override reason"
+            "the gate does not pass (" + "; ".join(TITLES.get(k, k) for k in failing)
+            + "): approving needs an override reason"
         )
     return failing
 

@@ -200,3 +200,16 @@ def test_the_run_page_shows_the_number_format_chosen_and_each_requests_real_prom
     )
     html = viewer_client.get(f"/analysis/runs/{run.pk}/").content.decode()
     assert "Number format: bfloat16" in html and "nothing was probed" in html and "(chosen)" not in html
+
+
+def test_the_run_page_shows_its_speculative_config_as_json_not_a_python_repr(viewer_client):
+    from tests.support.synthetic import experiment_synthesize
+
+    experiment = experiment_synthesize(n_requests=3, ks=(2,), loads="1x", repeats=1)
+    run = experiment.runs.filter(arm__is_baseline=False).first()
+    html = viewer_client.get(f"/analysis/runs/{run.pk}/").content.decode()
+    config = html[html.index("<b>Config</b>") :]
+    config = config[: config.index("</pre>")]
+    assert "&quot;num_speculative_tokens&quot;: 2" in config and "&#x27;" not in config, config
+    baseline = experiment.runs.filter(arm__is_baseline=True).first()
+    assert "baseline (no speculation)" in viewer_client.get(f"/analysis/runs/{baseline.pk}/").content.decode()

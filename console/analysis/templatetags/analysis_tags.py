@@ -7,6 +7,7 @@ for the assessment itself, so the page loads this tag and analysis fills the blo
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import template
@@ -26,3 +27,10 @@ def experiment_fit(experiment: Experiment) -> dict[str, Any]:
     for condition in fit["conditions"]:
         condition["lines"] = numbers_lines(condition["name"], condition["numbers"])
     return {"fit": fit}
+
+
+@register.filter
+def json_text(value: Any) -> str:
+    """A config (or any JSON value) as indented JSON with sorted keys: what the engine was given,
+    in the form it is written in, never a Python repr."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)

@@ -7,6 +7,7 @@ from django import template
 from django.utils.html import escape, format_html
 from django.utils.safestring import mark_safe
 
+from console.decisions.audit_text import audit_details_text
 from console.decisions.export import STATUS_LABEL, value_text
 
 register = template.Library()
@@ -16,6 +17,12 @@ register = template.Library()
 def gate_value(number: dict[str, Any]) -> str:
     """A gate number row ``{"value", "unit"}`` as text (GiB for bytes, % for fractions)."""
     return value_text(number.get("value"), number.get("unit", ""))
+
+
+@register.filter
+def audit_details(details: dict[str, Any] | None) -> str:
+    """An audit event's details in words (console.decisions.audit_text)."""
+    return audit_details_text(details)
 
 
 @register.filter

@@ -1,0 +1,64 @@
+"""An audit event's details in words, for the decision page: what was proposed, which fields
+changed, what a signature overrode, which record superseded it. Never a Python repr and never an
+internal key: criteria by their titles, proposals by their labels, field names as words."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from console.decisions.gate.constants import TITLES
+from console.decisions.models import Decision
+
+PROPOSALS = dict(Decision.Proposal.choices)
+VERDICTS = {"approved": "approved", "approved_with_conditions": "approved with conditions", "rejected": "rejected"}
+
+
+def audit_details_text(details: Mapping[str, Any] | None) -> str:
+    """``details`` of an AuditEvent as one line of words, parts joined by " · "; "" when empty."""
+    if not details:
+        return ""
+    parts: list[str] = []
+    for key, value in details.items():
+        if value is None or value == [] or value == "":
+            continue
+        parts.append(_part(key, value))
+    return " · ".join(parts)
+
+
+def _part(key: str, value: Any) -> str:
+    if key == "proposal":
+        return f"proposal: {PROPOSALS.get(value, _words(value))}"
+    if key == "supersedes":
+        return f"supersedes decision #{value}"
+    if key == "by_decision":
+        return f"by decision #{value}"
+    if key == "by_record_sha256":
+        return f"its archive record sha256 {value}"
+    if key == "verdict":
+        return f"verdict: {VERDICTS.get(value, _words(value))}"
+    if key == "overridden":
+        return f"overriding the gate on: {_listed(TITLES.get(k, _words(k)) for k in value)}"
+    if key == "fields":
+        return f"changed: {_listed(_words(f) for f in value)}"
+    if key == "format":
+        return f"format: {value}"
+    return f"{_words(key)}: {_value(value)}"
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, Mapping):
+        return "; ".join(f"{_words(k)} {_value(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple | set):
+        return _listed(_value(v) for v in value)
+    return str(value)
+
+
+def _listed(items: Iterable[str]) -> str:
+    return ", ".join(items)
+
+
+def _words(name: Any) -> str:
+    return str(name).replace("_", " ")

@@ -1,0 +1,74 @@
+"""What the decision pages say is words, not internals (issue 22, point 7): the audit trail
+shows no Python repr, a refusal names the gate's criteria by their titles, a new decision
+proposes nothing until someone chooses, and a run shows its config as JSON."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from console.decisions import services
+from console.decisions.models import Decision
+from tests.decisions.conftest import draft_make, submitted_make
+
+REPR = re.compile(r"\{&#x27;|\{'|': |\bNone\b|\bTrue\b|\bFalse\b|\['")
+
+
+@pytest.fixture(autouse=True)
+def comparison(monkeypatch):
+    from console.decisions import selectors
+    from tests.decisions.factories import summary_make, summary_passing
+
+    monkeypatch.setattr(selectors, "decision_comparison", lambda *, experiment: summary_make(summary_passing()))
+
+
+def _audit_cells(html: str) -> list[str]:
+    table = html[html.index("Audit trail") :]
+    table = table[: table.index("</table>")]
+    return re.findall(r'<td class="muted detail">(.*?)</td>', table, flags=re.S)
+
+
+def test_the_audit_trail_says_in_words_what_each_event_did(experiment, engineer, approver, viewer_client):
+    from tests.decisions.factories import summary_passing
+
+    summary = summary_passing()
+    summary["headline"][1]["peak_memory_bytes"] = 15.5 * 2**30  # memory headroom fails
+    decision = submitted_make(experiment=experiment, author=engineer, summary=summary)
+    services.decision_sign(
+        decision=decision, signer=approver, verdict="approved", comment="ok", override_reason="a node first"
+    )
+    keep_off = draft_make(experiment=experiment, author=engineer, proposal="keep_off", title="stay off")
+    cells = _audit_cells(viewer_client.get(f"/decisions/{decision.pk}/").content.decode())
+    cells += _audit_cells(viewer_client.get(f"/decisions/{keep_off.pk}/").content.decode())
+    text = " | ".join(cells)
+    assert not REPR.search(text), text
+    assert "proposal: Enable everywhere with the candidate config" in text
+    assert "proposal: Keep speculation off" in text and "keep_off" not in text
+    assert "changed: " in text and "rollback owner" in text and "rollback_owner" not in text
+    assert "verdict: approved · overriding the gate on: Memory headroom" in text
+    assert "memory_headroom" not in text
+
+
+def test_a_refused_override_names_the_criteria_by_their_titles(experiment, engineer, approver):
+    from tests.decisions.factories import summary_passing
+
+    summary = summary_passing()
+    summary["headline"][1]["peak_memory_bytes"] = 15.5 * 2**30
+    decision = submitted_make(experiment=experiment, author=engineer, summary=summary)
+    with pytest.raises(services.DecisionError) as refused:
+        services.decision_sign(decision=decision, signer=approver, verdict="approved", comment="ok")
+    assert str(refused.value) == "the gate does not pass (Memory headroom): approving needs an override reason"
+
+
+def test_a_new_decision_proposes_nothing_until_someone_chooses(experiment, engineer_client):
+    page = engineer_client.get(f"/decisions/new/?experiment={experiment.pk}").content.decode()
+    select = page[page.index('name="proposal"') :]
+    select = select[: select.index("</select>")]
+    assert re.search(r'<option value="" selected>Choose a proposal</option>', select), select
+    assert "selected" not in select.replace('<option value="" selected>', "")
+    response = engineer_client.post(
+        "/decisions/new/", {"experiment": experiment.pk, "traffic_class": "interactive", "title": "t"}
+    )
+    assert response.status_code == 200 and not Decision.objects.exists()
+    assert "This field is required." in response.content.decode()
