@@ -10,6 +10,7 @@ from typing import Any
 
 from console.decisions import selectors
 from console.decisions.models import ArchiveRecord, Decision
+from console.decisions.words import plain_pairs
 from console.exports import markdown_block, markdown_code, markdown_inline
 
 STATUS_LABEL = {"pass": "PASS", "fail": "FAIL", "not_measured": "NOT MEASURED"}
@@ -216,9 +217,9 @@ def _md_evidence(doc: dict[str, Any]) -> list[str]:
             f"{md(c['target_model'])}, sha256 {code(c['content_hash'])}"
         )
     for arm, vs in sorted(doc["versions"].items()):
-        out.append(f"- Versions ({md(arm)}): " + md(", ".join(f"{k} {v}" for k, v in sorted(vs.items()))))
+        out.append(f"- Versions ({md(arm)}): " + md(plain_pairs(vs)))
     for arm, hw in sorted(doc["hardware"].items()):
-        out.append(f"- Hardware ({md(arm)}): " + md(", ".join(f"{k} {v}" for k, v in sorted(hw.items()))))
+        out.append(f"- Hardware ({md(arm)}): " + md(plain_pairs(hw)))
     if doc["archive"]:
         a = doc["archive"]
         out.append(

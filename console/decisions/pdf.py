@@ -17,6 +17,7 @@ from xml.sax.saxutils import escape
 
 from console.decisions.export import STATUS_LABEL, decision_document, value_text
 from console.decisions.models import Decision
+from console.decisions.words import plain_pairs
 
 if TYPE_CHECKING:
     from reportlab.lib.styles import ParagraphStyle, StyleSheet1
@@ -209,9 +210,9 @@ def _evidence(doc: dict[str, Any]) -> list[Block]:
             ]
         )
     for arm, vs in sorted(doc["versions"].items()):
-        rows.append([f"Versions {arm}", ", ".join(f"{k} {v}" for k, v in sorted(vs.items()))])
+        rows.append([f"Versions {arm}", plain_pairs(vs)])
     for arm, hw in sorted(doc["hardware"].items()):
-        rows.append([f"Hardware {arm}", ", ".join(f"{k} {v}" for k, v in sorted(hw.items()))])
+        rows.append([f"Hardware {arm}", plain_pairs(hw)])
     if doc["archive"]:
         a = doc["archive"]
         rows += [

@@ -72,3 +72,24 @@ def test_a_new_decision_proposes_nothing_until_someone_chooses(experiment, engin
     )
     assert response.status_code == 200 and not Decision.objects.exists()
     assert "This field is required." in response.content.decode()
+
+
+def test_versions_and_hardware_read_as_pairs_in_the_exports_never_as_a_repr():
+    from console.decisions.words import plain_pairs
+
+    hardware = {"cpu_model": "AMD EPYC", "dtype": {"dtype": "float32", "source": "cache", "probe": None}}
+    assert plain_pairs(hardware) == "cpu_model AMD EPYC, dtype (dtype float32, probe —, source cache)"
+    assert plain_pairs({"gpu": True, "devices": [0, 1]}) == "devices 0, 1, gpu yes"
+
+
+def test_the_markdown_export_shows_nested_hardware_without_a_repr(experiment, engineer, viewer_client):
+    from console.experiments.models import Run
+
+    Run.objects.filter(experiment=experiment).update(
+        hardware={"cpu_model": "AMD EPYC", "dtype": {"dtype": "float32", "source": "cache"}}
+    )
+    decision = draft_make(experiment=experiment, author=engineer)
+    text = viewer_client.get(f"/decisions/{decision.pk}/export.md").content.decode()
+    hardware = [line for line in text.splitlines() if line.startswith("- Hardware")]
+    assert hardware and all("{" not in line and "'" not in line for line in hardware), hardware
+    assert "dtype (dtype float32, source cache)" in hardware[0]

@@ -7,8 +7,8 @@ from django import template
 from django.utils.html import escape, format_html
 from django.utils.safestring import mark_safe
 
-from console.decisions.audit_text import audit_details_text
 from console.decisions.export import STATUS_LABEL, value_text
+from console.decisions.words import audit_details_text
 
 register = template.Library()
 

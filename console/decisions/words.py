@@ -1,6 +1,7 @@
-"""An audit event's details in words, for the decision page: what was proposed, which fields
-changed, what a signature overrode, which record superseded it. Never a Python repr and never an
-internal key: criteria by their titles, proposals by their labels, field names as words."""
+"""Stored details in words, for the decision page and its exports: an audit event's details (what
+was proposed, which fields changed, what a signature overrode, which record superseded it) and the
+evidence's versions and hardware. Never a Python repr and never an internal key: criteria by their
+titles, proposals by their labels, field names as words, nested values flattened."""
 
 from __future__ import annotations
 
@@ -43,16 +44,31 @@ def _part(key: str, value: Any) -> str:
         return f"changed: {_listed(_words(f) for f in value)}"
     if key == "format":
         return f"format: {value}"
-    return f"{_words(key)}: {_value(value)}"
+    return f"{_words(key)}: {plain_value(value)}"
 
 
-def _value(value: Any) -> str:
+def plain_pairs(values: Mapping[str, Any]) -> str:
+    """``{"torch": "2.13", "dtype": {"dtype": "float32", ...}}`` as "dtype (dtype float32, ...), torch 2.13":
+    sorted keys, nested objects in brackets."""
+    return ", ".join(f"{k} {_nested(v)}" for k, v in sorted(values.items()))
+
+
+def _nested(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return f"({plain_pairs(value)})"
+    return plain_value(value)
+
+
+def plain_value(value: Any) -> str:
+    """A stored value as words: yes/no, "—" for none, lists comma-separated, objects as pairs."""
+    if value is None:
+        return "—"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, Mapping):
-        return "; ".join(f"{_words(k)} {_value(v)}" for k, v in value.items())
+        return plain_pairs(value)
     if isinstance(value, list | tuple | set):
-        return _listed(_value(v) for v in value)
+        return _listed(plain_value(v) for v in value)
     return str(value)
 
 
