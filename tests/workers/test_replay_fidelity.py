@@ -25,6 +25,9 @@ from workers.engines.openai_http import OpenAIEngine
 from workers.replay.records import RequestSpec, percentile
 from workers.replay.run import replay_run_sync
 
+# Timing at the millisecond: run alone, after the parallel lane (make test), never beside it.
+pytestmark = pytest.mark.alone
+
 BOUND_S = 0.002
 P95_S = 0.005
 WORST_S = 0.025
