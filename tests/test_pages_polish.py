@@ -102,6 +102,9 @@ def story(engineer, approver):
         author=engineer,
         signer=approver,
         proposal="keep_off",
+        # a keep-off decision is judged as that choice; whatever its gate says, signing it over
+        # a gate that does not pass takes a reason
+        override_reason="kept off while the policy is reviewed",
     )
     return {"experiment": experiment, "decision": decision}
 

@@ -19,19 +19,28 @@ def decision_recompute(*, decision: Decision, comparison: Summary | None) -> Non
     the checklist (prefilled from the evidence, the user's answers kept)."""
     arm = decision.candidate_arm
     label = arm.label if arm else None
+    keep_off = decision.proposal == Decision.Proposal.KEEP_OFF
+    stored = (decision.gate or {}).get("facts") or {}
+    if comparison is None and keep_off and "candidates" not in stored:
+        # turned into a keep-off draft: its gate judges every candidate, so it needs the comparison
+        comparison = selectors.decision_comparison(experiment=decision.experiment)
     if comparison is not None:
         hardware = decision.experiment.runs.exclude(hardware={}).values_list("hardware", flat=True)
-        facts = gate.gate_facts_from_summary(
-            comparison,
-            candidate_arm=label,
-            traffic_class=decision.traffic_class,
-            exact_expected=decision.experiment.sampling == "greedy",
-            capacity_bytes=gate.memory_capacity_from_hardware(list(hardware)),
-        )
+        exact = decision.experiment.sampling == "greedy"
+        capacity = gate.memory_capacity_from_hardware(list(hardware))
+        if keep_off:
+            facts = gate.gate_facts_keep_off(
+                comparison, traffic_class=decision.traffic_class, exact_expected=exact, capacity_bytes=capacity
+            )
+        else:
+            facts = gate.gate_facts_from_summary(
+                comparison, candidate_arm=label, traffic_class=decision.traffic_class, exact_expected=exact,
+                capacity_bytes=capacity,
+            )
         decision.comparison_key = comparison.key[:64]
     else:
-        facts = (decision.gate or {}).get("facts") or {}
-        if facts.get("candidate_arm") != label:
+        facts = stored
+        if facts.get("candidate_arm") != label or ("candidates" in facts) != keep_off:
             facts = gate.gate_facts_from_summary(
                 None, candidate_arm=label, traffic_class=decision.traffic_class
             )

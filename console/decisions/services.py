@@ -253,9 +253,9 @@ def decision_submit(*, decision: Decision, actor: Any) -> Decision:
 
 def override_required(*, decision: Decision, verdict: str) -> list[str]:
     """Gate criteria that an approval of ``decision`` must override: every criterion that did not
-    pass, failing or not measured (none for a rejection, or for keeping speculation off: the gate
-    guards enabling it). A gate that was never computed needs an override too."""
-    if verdict == Decision.Status.REJECTED or decision.proposal == Decision.Proposal.KEEP_OFF:
+    pass, failing or not measured, whatever the proposal (keeping speculation off is judged as
+    that choice); none for a rejection. A gate that was never computed needs an override too."""
+    if verdict == Decision.Status.REJECTED:
         return []
     computed = decision.gate or {}
     if not computed.get("criteria"):

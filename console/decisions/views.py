@@ -16,6 +16,7 @@ from console.accounts.access import capability_required
 from console.analysis.comparison.schema import ComparisonSchemaError
 from console.decisions import export, pdf, selectors, services
 from console.decisions.forms import ArchiveFilterForm, DecisionCreateForm, DecisionEditForm, SignOffForm
+from console.decisions.gate.constants import TITLES
 from console.decisions.models import Decision, FrozenDecisionError
 from console.errors import Conflict
 from console.experiments.models import Experiment
@@ -151,7 +152,10 @@ def _detail_page(
         "can_edit": request.user.has_perm(roles.DRAFT_DECISION) and decision.status == Decision.Status.DRAFT,
         "can_sign": can_sign,
         "sign_refusal": sign_refusal,
-        "override_needed": services.override_required(decision=decision, verdict=Decision.Status.APPROVED),
+        "override_needed": [
+            TITLES.get(key, key)
+            for key in services.override_required(decision=decision, verdict=Decision.Status.APPROVED)
+        ],
         "submit_problems": services.decision_submit_problems(decision=decision)
         if decision.status == Decision.Status.DRAFT
         else [],

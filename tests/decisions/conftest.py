@@ -57,9 +57,11 @@ def submitted_make(*, experiment, author, summary=None, **kwargs) -> Decision:
     return services.decision_submit(decision=decision, actor=author)
 
 
-def signed_make(*, experiment, author, signer, verdict="approved", **kwargs) -> Decision:
+def signed_make(*, experiment, author, signer, verdict="approved", override_reason="", **kwargs) -> Decision:
     decision = submitted_make(experiment=experiment, author=author, **kwargs)
-    return services.decision_sign(decision=decision, signer=signer, verdict=verdict, comment="go")
+    return services.decision_sign(
+        decision=decision, signer=signer, verdict=verdict, comment="go", override_reason=override_reason
+    )
 
 
 @pytest.fixture

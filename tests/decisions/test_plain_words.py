@@ -93,3 +93,66 @@ def test_the_markdown_export_shows_nested_hardware_without_a_repr(experiment, en
     hardware = [line for line in text.splitlines() if line.startswith("- Hardware")]
     assert hardware and all("{" not in line and "'" not in line for line in hardware), hardware
     assert "dtype (dtype float32, source cache)" in hardware[0]
+
+
+# --- a keep-off decision is judged as that choice (issue 22, point 3) -------------------------
+
+
+def _keep_off(experiment, engineer, summary):
+    from tests.decisions.conftest import draft_complete
+
+    decision = draft_make(experiment=experiment, author=engineer, proposal="keep_off", summary=summary, title="off")
+    return draft_complete(decision, actor=engineer)
+
+
+def test_keeping_off_fails_when_a_candidate_pays_and_signing_it_asks_for_a_reason(experiment, engineer, approver):
+    from tests.decisions.factories import summary_passing
+
+    decision = services.decision_submit(decision=_keep_off(experiment, engineer, summary_passing()), actor=engineer)
+    gate = decision.gate
+    assert gate["overall"] == "fail" and [c["key"] for c in gate["criteria"]] == ["keep_off"]
+    assert gate["criteria"][0]["summary"].startswith("keeping speculation off forgoes a clear benefit: ngram: ")
+    with pytest.raises(services.DecisionError, match="No candidate shows a clear benefit"):
+        services.decision_sign(decision=decision, signer=approver, verdict="approved", comment="off")
+    signed = services.decision_sign(
+        decision=decision, signer=approver, verdict="approved", comment="off", override_reason="an incident"
+    )
+    assert signed.status == "approved"
+
+
+def test_keeping_off_passes_when_no_candidate_beats_the_baseline_beyond_the_floor(experiment, engineer):
+    from tests.decisions.factories import summary_passing
+
+    summary = summary_passing()
+    for row in [*summary["headline"], *summary["slices"]]:
+        for d in row["deltas"]:  # the candidate's every latency interval straddles zero
+            d["delta_lo"], d["delta_hi"], d["p_value"], d["p_holm"] = -0.001, 0.001, 0.9, 0.9
+            d["verdict"] = "not distinguishable"
+    gate = _keep_off(experiment, engineer, summary).gate
+    assert gate["overall"] == "pass", gate["criteria"]
+    assert gate["criteria"][0]["summary"].startswith("no candidate shows a clear benefit for interactive: ngram: ")
+
+
+def test_keeping_off_without_a_noise_floor_says_so_and_nothing_else(experiment, engineer):
+    from tests.decisions.factories import summary_passing
+
+    summary = summary_passing()
+    for floor in summary["noise_floor"]:
+        floor["n_repeat_pairs"], floor["n_repeats"] = 0, 1
+    criterion = _keep_off(experiment, engineer, summary).gate["criteria"][0]
+    assert criterion["status"] == "not_measured"
+    assert criterion["summary"] == (
+        "the evidence cannot say whether a candidate pays: ngram: no noise floor: the baseline needs at least two repeats"
+    )
+
+
+def test_the_page_of_a_keep_off_decision_names_the_candidates_it_was_judged_against(
+    experiment, engineer, viewer_client, approver_client
+):
+    from tests.decisions.factories import summary_passing
+
+    decision = services.decision_submit(decision=_keep_off(experiment, engineer, summary_passing()), actor=engineer)
+    html = viewer_client.get(f"/decisions/{decision.pk}/").content.decode()
+    assert "judged against every speculative candidate (ngram)" in html and "candidate none" not in html
+    html = approver_client.get(f"/decisions/{decision.pk}/").content.decode()
+    assert "The gate does not pass on No candidate shows a clear benefit" in html

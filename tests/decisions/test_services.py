@@ -271,8 +271,10 @@ def test_it_supersedes_a_signed_decision_and_links_both_ways(experiment, enginee
         actor=engineer,
     )
     rollback = services.decision_submit(decision=rollback, actor=engineer)
+    # The evidence shows n-gram paying: keeping it off forgoes that, so signing needs a reason.
     signed = services.decision_sign(
-        decision=rollback, signer=second_approver, verdict="approved", comment="roll back"
+        decision=rollback, signer=second_approver, verdict="approved", comment="roll back",
+        override_reason="a production incident: off until it is understood",
     )
     from console.decisions.selectors import decision_superseded_by
 

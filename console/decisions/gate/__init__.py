@@ -74,7 +74,11 @@ weights, said in criterion 1's reason as "equal weights (none declared)"; missin
 
 from console.decisions.gate.constants import CRITERIA, DEFAULT_SETTINGS
 from console.decisions.gate.evaluate import gate_evaluate, gate_not_passing
-from console.decisions.gate.facts import gate_facts_from_summary, memory_capacity_from_hardware
+from console.decisions.gate.facts import (
+    gate_facts_from_summary,
+    gate_facts_keep_off,
+    memory_capacity_from_hardware,
+)
 from console.decisions.gate.policy_holdout import criterion_policy_holdout
 from console.decisions.gate.quality import criterion_quality
 from console.decisions.gate.settings import GateSettingsError, gate_settings_resolve, gate_settings_validate
@@ -87,6 +91,7 @@ __all__ = [
     "criterion_quality",
     "gate_evaluate",
     "gate_facts_from_summary",
+    "gate_facts_keep_off",
     "gate_not_passing",
     "gate_settings_resolve",
     "gate_settings_validate",

@@ -16,7 +16,9 @@ CRITERIA: tuple[tuple[str, str], ...] = (
     ("load_stability", "Stable across load levels"),
 )
 POLICY_CRITERION = ("policy_holdout", "The slice policy pays on held-out traffic")
-TITLES = dict([*CRITERIA, POLICY_CRITERION])
+# A decision to keep speculation off is judged as that choice (console.decisions.gate.keep_off).
+KEEP_OFF_CRITERION = ("keep_off", "No candidate shows a clear benefit that keeping speculation off would forgo")
+TITLES = dict([*CRITERIA, POLICY_CRITERION, KEEP_OFF_CRITERION])
 
 HIGHER_IS_BETTER = frozenset(
     {

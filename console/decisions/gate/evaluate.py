@@ -7,6 +7,7 @@ from typing import Any
 
 from console.decisions.gate.common import no_evidence_refusal, not_speculating_refusal
 from console.decisions.gate.constants import FAIL, PASS, POLICY_CRITERION
+from console.decisions.gate.keep_off import criterion_keep_off
 from console.decisions.gate.latency import criterion_latency_benefit
 from console.decisions.gate.memory import criterion_memory_headroom
 from console.decisions.gate.policy_holdout import criterion_policy_holdout
@@ -26,26 +27,20 @@ def gate_evaluate(
 ) -> dict[str, Any]:
     """All criteria and the overall verdict: ``"pass"`` (all pass), ``"fail"`` (any fails) or
     ``"incomplete"`` (none fails, some not measured). For ``enable_for_slice`` the policy's
-    holdout evaluation replaces criteria 1 and 2 (the candidate everywhere is not what ships)."""
+    holdout evaluation replaces criteria 1 and 2 (the candidate everywhere is not what ships);
+    ``keep_off`` is judged by its own criterion alone (``keep_off``: no candidate shows a clear
+    benefit that keeping speculation off would forgo)."""
     resolved = gate_settings_resolve(settings)
-    if proposal == "enable_for_slice":
-        refusal = not_speculating_refusal(facts) or no_evidence_refusal(facts, resolved)
-        first = [
-            refusal | {"key": POLICY_CRITERION[0], "title": POLICY_CRITERION[1]}
-            if refusal
-            else criterion_policy_holdout(policy)
-        ]
+    if proposal == "keep_off":
+        # judged as that choice: quality, memory and stability guard enabling, not keeping off
+        criteria = [criterion_keep_off(facts, resolved, traffic_class=traffic_class)]
     else:
-        first = [
-            criterion_task_improvement(facts, resolved),
-            criterion_latency_benefit(facts, resolved, traffic_class=traffic_class),
+        criteria = [
+            *_benefit_criteria(facts, resolved, traffic_class=traffic_class, proposal=proposal, policy=policy),
+            criterion_quality(facts, resolved),
+            criterion_memory_headroom(facts, resolved),
+            criterion_load_stability(facts, resolved),
         ]
-    criteria = [
-        *first,
-        criterion_quality(facts, resolved),
-        criterion_memory_headroom(facts, resolved),
-        criterion_load_stability(facts, resolved),
-    ]
     statuses = {c["status"] for c in criteria}
     overall = FAIL if FAIL in statuses else PASS if statuses == {PASS} else "incomplete"
     return {
@@ -58,6 +53,26 @@ def gate_evaluate(
         "candidate_arm": facts.get("candidate_arm"),
         "baseline_arm": facts.get("baseline_arm"),
     }
+
+
+def _benefit_criteria(
+    facts: Mapping[str, Any],
+    resolved: Mapping[str, Any],
+    *,
+    traffic_class: str,
+    proposal: str,
+    policy: Mapping[str, Any] | None,
+) -> list[dict[str, Any]]:
+    """Criteria 1 and 2, or for a slice policy its holdout evaluation in their place."""
+    if proposal == "enable_for_slice":
+        refusal = not_speculating_refusal(facts) or no_evidence_refusal(facts, resolved)
+        if refusal:
+            return [refusal | {"key": POLICY_CRITERION[0], "title": POLICY_CRITERION[1]}]
+        return [criterion_policy_holdout(policy)]
+    return [
+        criterion_task_improvement(facts, resolved),
+        criterion_latency_benefit(facts, resolved, traffic_class=traffic_class),
+    ]
 
 
 def gate_not_passing(gate: Mapping[str, Any]) -> list[str]:

@@ -113,6 +113,35 @@ def gate_facts_from_summary(
     return facts
 
 
+def gate_facts_keep_off(
+    summary: Comparison | None,
+    *,
+    traffic_class: str,
+    exact_expected: bool = False,
+    capacity_bytes: float | None = None,
+) -> dict[str, Any]:
+    """Facts for keeping speculation off: the arm-free facts, and under ``candidates`` each
+    speculative candidate's own facts (an arm configured to speculate by the comparison's
+    speculation rows; every non-baseline arm where those rows cannot tell)."""
+    facts = _arm_free_facts(summary, candidate_arm=None)
+    facts["candidates"] = {}
+    if summary is None:
+        return facts
+    speculative = {row.arm: row.speculative for row in summary.speculation}
+    arms = [str(a) for a in summary.arm_order] if isinstance(summary, Summary) else []
+    for h in summary.headline:  # a comparison as computed, or one stored without the arm order
+        if h.arm not in arms:
+            arms.append(h.arm)
+    for arm in arms:
+        if arm == summary.baseline_arm or speculative.get(arm) is False:
+            continue
+        facts["candidates"][arm] = gate_facts_from_summary(
+            summary, candidate_arm=arm, traffic_class=traffic_class, exact_expected=exact_expected,
+            capacity_bytes=capacity_bytes,
+        )
+    return facts
+
+
 def _arm_free_facts(summary: Comparison | None, *, candidate_arm: str | None) -> dict[str, Any]:
     """Every fact key, filled with what does not depend on the candidate (loads, endpoints, noise
     floor, baseline stability, cost basis, load weights); the candidate's keys empty. Without a
