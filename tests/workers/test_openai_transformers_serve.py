@@ -30,6 +30,7 @@ from console.results.models import RequestResult
 from tests.conftest import wait_for
 from tests.experiments.factories import trace_make
 from tests.support.net import free_port
+from tests.support.pages import page_section
 from workers.catalog.resolve import model_resolve
 from workers.engines.base import EngineConfig, EngineError, EngineRequest
 from workers.engines.openai_http import OpenAIEngine
@@ -238,13 +239,8 @@ def test_it_runs_an_experiment_through_a_real_worker_and_the_gate_says_why_it_ca
     # The comparison page names where every memory and acceptance figure came from: this server
     # registered no telemetry (memory not measured, per arm, saying why) and reports no drafts.
     html = viewer_client.get(f"/analysis/experiments/{experiment.pk}/").content.decode()
-    memory = _section(html, "memory-sources")
+    memory = page_section(html, "memory-sources")
     assert memory.count('<span class="badge na">not measured</span>') == 3 and "names no telemetry" in memory
     assert "the worker process" not in memory
-    speculation = _section(html, "speculation")
+    speculation = page_section(html, "speculation")
     assert "no drafting evidence" in speculation and "no drafting evidence: ngram is configured" in speculation
-
-
-def _section(html: str, section_id: str) -> str:
-    part = html[html.index(f'id="{section_id}"') :]
-    return part[: part.index("</section>")]

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.support.net import free_port
+from tests.support.pages import page_section
 from workers.engines.base import EngineConfig, EngineRequest
 from workers.engines.openai_http import OpenAIEngine
 from workers.replay.records import RequestSpec
@@ -263,11 +264,6 @@ def vllm_pair(vllm_server, vllm_server_plain, settings):
     settings.SPECREVIEW_OPENAI_SERVERS = servers
 
 
-def _section(html: str, section_id: str) -> str:
-    part = html[html.index(f'id="{section_id}"') :]
-    return part[: part.index("</section>")]
-
-
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_it_runs_an_experiment_against_vllm_serve_through_a_real_worker_and_names_every_source(
@@ -319,8 +315,8 @@ def test_it_runs_an_experiment_against_vllm_serve_through_a_real_worker_and_name
     assert ngram.acceptance_rate is not None and 0 <= ngram.acceptance_rate <= 1
     # The page names both sources per arm.
     html = viewer_client.get(f"/analysis/experiments/{experiment.pk}/").content.decode()
-    memory = _section(html, "memory-sources")
+    memory = page_section(html, "memory-sources")
     assert memory.count("server /metrics") == 2 and '<span class="badge na">not measured</span>' not in memory
     assert "the worker process" not in memory
-    speculation = _section(html, "speculation")
+    speculation = page_section(html, "speculation")
     assert RUN_LEVEL in speculation and "no drafting evidence" not in speculation
