@@ -26,7 +26,10 @@ def criterion_keep_off(facts: Mapping[str, Any], settings: Mapping[str, Any], *,
     candidates: Mapping[str, Any] = facts.get("candidates") or {}
     if not candidates:
         return criterion_result(KEY, NOT_MEASURED, "the comparison has no speculative candidate to judge", [], evidence)
-    pays, unknown, not_paying, numbers = [], [], [], []
+    pays: list[str] = []
+    unknown: list[str] = []
+    not_paying: list[str] = []
+    numbers: list[dict[str, Any]] = []
     for arm, arm_facts in candidates.items():
         judged = criterion_latency_benefit(arm_facts, settings, traffic_class=traffic_class)
         numbers += [row | {"label": f"{arm}: {row['label']}"} for row in judged["numbers"]]
