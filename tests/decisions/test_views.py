@@ -278,3 +278,33 @@ def test_it_lists_gate_setting_deviations_on_the_page_and_in_exports(experiment,
     assert "`memory_fraction`: 0.97 (default 0.9)" in markdown
     bundle = viewer_client.get(f"/decisions/{decision.pk}/bundle.json").json()
     assert {d["key"] for d in bundle["decision"]["gate"]["deviations"]} == {"memory_fraction", "quality_thresholds"}
+
+
+def test_the_lists_and_the_archive_show_each_proposal_its_gate_and_an_override(
+    experiment, engineer, approver, viewer_client
+):
+    """A decision approved over a failing gate stands out in the archive and the recent list;
+    every row says what it proposes (issue 22, point 2)."""
+    from console.decisions import services
+    from tests.decisions.conftest import draft_make, signed_make, submitted_make
+    from tests.decisions.factories import summary_passing
+
+    summary = summary_passing()
+    summary["headline"][1]["peak_memory_bytes"] = 15.5 * 2**30  # memory headroom fails
+    overridden = submitted_make(experiment=experiment, author=engineer, summary=summary, title="over the gate")
+    services.decision_sign(
+        decision=overridden, signer=approver, verdict="approved", comment="ok", override_reason="a node first"
+    )
+    signed_make(experiment=experiment, author=engineer, signer=approver, title="clean pass")
+    draft_make(experiment=experiment, author=engineer, proposal="keep_off", title="stay off")
+    archive = viewer_client.get("/decisions/archive/").content.decode()
+    rows = {title: row for row in archive.split("<tr>")[1:] for title in ("over the gate", "clean pass") if title in row}
+    assert "Enable everywhere: ngram" in rows["over the gate"] and "approved over the gate" in rows["over the gate"]
+    assert 'title="a node first"' in rows["over the gate"] and 'badge fail">fail<' in rows["over the gate"]
+    assert "approved over the gate" not in rows["clean pass"] and 'badge pass">pass<' in rows["clean pass"]
+    listing = viewer_client.get("/decisions/").content.decode()
+    open_rows = [row for row in listing.split("<tr>") if "stay off" in row]
+    assert open_rows and "Keep off" in open_rows[0]
+    recent = listing[listing.index("Recently signed") :].split("<li>")
+    assert "over a failing gate" in next(li for li in recent if "over the gate" in li)
+    assert "over a failing gate" not in next(li for li in recent if "clean pass" in li)
