@@ -128,7 +128,9 @@ def policy_detail(request, pk: int):
                 "lost_successes": scores.get("lost_successes"),
             }
         )
-    figure = fig_html(plots.benefit_per_rule(page["rules"]), div_id="benefit-per-rule")
+    # an empty axis says nothing: without an enabling rule the page says why there is no chart
+    enabling = [r for r in page["rules"] if r.get("arm")]
+    figure = fig_html(plots.benefit_per_rule(page["rules"]), div_id="benefit-per-rule") if enabling else ""
     try:
         deployment, deploy_error = policy_deployment(policy=policy), ""
     except deploy.DeployError as exc:

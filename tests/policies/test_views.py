@@ -165,3 +165,16 @@ def test_it_lists_the_slices_considered_with_why_not(viewer_client, policy):
     body = viewer_client.get(f"/policies/{policy.pk}/").content.decode()
     assert "Slices the fit considered" in body
     assert "task = json" in body and "all traffic" in body
+
+
+def test_it_says_why_there_is_no_saving_chart_and_shows_no_flag_as_good_news(viewer_client, policy):
+    """A policy that turns nothing on has no saving to chart: the page says so instead of an empty
+    axis; "no overfitting flag" reads as the good news it is, not as a warning (issue 22, point 6)."""
+    body = viewer_client.get(f"/policies/{policy.pk}/").content.decode()
+    assert '<p class="notice ok" id="overfitting">No overfitting flag' in body
+    policy.rules = {**policy.rules, "rules": [dict(rule, arm=None) for rule in policy.rules["rules"]]}
+    policy.save()
+    body = viewer_client.get(f"/policies/{policy.pk}/").content.decode()
+    chart = body[body.index('id="benefit-chart"') :]
+    chart = chart[: chart.index("</section>")]
+    assert 'id="benefit-per-rule"' not in chart and "No rule turns speculation on" in chart
