@@ -57,12 +57,20 @@ def metric_vs_load(
     unit: str = "",
 ) -> go.Figure:
     """One line per arm across load levels (x: load label in experiment order) of ``value`` of
-    each row's statistics."""
+    each row's statistics. With one load level a line is a lone dot: one bar per arm then, titled
+    for that load (``title``'s " vs load" becomes " at load L")."""
     by_arm: dict[str, list[tuple[str, float | None]]] = defaultdict(list)
     for row in rows:
         v = value(row["stats"])
         by_arm[row["arm"]].append((row["load"], None if v is None else v * scale))
+    loads = {load for points in by_arm.values() for load, _ in points}
     fig = go.Figure()
+    if len(loads) == 1:
+        (load,) = loads
+        arms = list(by_arm)
+        fig.add_trace(go.Bar(x=arms, y=[by_arm[a][0][1] for a in arms], marker_color="#1570ef", showlegend=False))
+        fig.update_layout(title=title.replace(" vs load", f" at load {load}"), xaxis_title="arm", yaxis_title=unit)
+        return fig
     for arm, points in by_arm.items():
         fig.add_trace(
             go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers", name=arm)

@@ -57,3 +57,18 @@ def test_the_embedded_figure_carries_the_named_template_and_the_layout_it_was_gi
     assert layout["template"]["layout"]["xaxis"]["showline"] is True  # simple_white's, not plotly_white's
     assert pio.templates["plotly_white"].layout.xaxis.showline is None
     assert go.Figure().layout.template.layout.plot_bgcolor is None
+
+
+def test_a_single_load_draws_bars_per_arm_not_lone_dots():
+    from console.analysis.plots import metric_vs_load
+
+    def row(arm, load, v):
+        return {"arm": arm, "load": load, "stats": {"v": v}}
+
+    one = metric_vs_load([row("baseline", "1x", 0.02), row("ngram", "1x", 0.015)], value=lambda s: s["v"],
+                         title="TPOT p50 vs load", scale=1000, unit="ms per token")
+    assert [t.type for t in one.data] == ["bar"] and list(one.data[0].x) == ["baseline", "ngram"]
+    assert list(one.data[0].y) == [20.0, 15.0] and one.layout.title.text == "TPOT p50 at load 1x"
+    two = metric_vs_load([row("baseline", "1x", 0.02), row("baseline", "4x", 0.03)], value=lambda s: s["v"],
+                         title="TPOT p50 vs load")
+    assert [t.type for t in two.data] == ["scatter"] and two.layout.title.text == "TPOT p50 vs load"

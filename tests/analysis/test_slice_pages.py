@@ -48,7 +48,7 @@ def test_it_redraws_the_table_and_charts_for_the_chosen_slice(viewer_client, exp
     assert page.status_code == 200
     assert '<option value="task:code" selected>' in sliced and "Headline for task = code" in sliced
     assert _request_counts(sliced) == ["20", "20"]  # every 5th request is code
-    assert "TPOT p50 vs load (task = code)" in sliced and "TPOT p50 vs load (" not in html
+    assert "TPOT p50 at load 1x (task = code)" in sliced and "TPOT p50 at load 1x (" not in html
     # The slice's own intervals and floors: 10 code requests are too few for a p95.
     assert "not measured (n too small): 10 requests, p95 needs 40" in sliced
     assert sliced.count('class="floor">floor ±') >= 1

@@ -28,14 +28,14 @@ def test_it_redraws_the_table_and_charts_when_the_slice_changes(page, live_serve
     page.wait_for_function("document.querySelectorAll('#slice-view .js-plotly-plot .main-svg').length >= 4")
     assert page.evaluate(TABLE_COUNTS) == ["100 (0)", "100 (0)"]
     whole_cdf = page.evaluate(CHART, "fig-cdf-e2e")
-    assert page.evaluate(CHART, "fig-tpot-load")["title"] == "TPOT p50 vs load"
+    assert page.evaluate(CHART, "fig-tpot-load")["title"] == "TPOT p50 at load 1x"
 
     page.select_option("#slice-select", "task:code")
     page.wait_for_selector('#slice-view[data-slice="task:code"]')
     page.wait_for_function("document.querySelectorAll('#slice-view .js-plotly-plot .main-svg').length >= 4")
     assert page.evaluate(TABLE_COUNTS) == ["20 (0)", "20 (0)"]  # every 5th request is code, 2 repeats
     assert "Headline for task = code" in page.inner_text("#headline h2")
-    assert page.evaluate(CHART, "fig-tpot-load")["title"] == "TPOT p50 vs load (task = code)"
+    assert page.evaluate(CHART, "fig-tpot-load")["title"] == "TPOT p50 at load 1x (task = code)"
     code_cdf = page.evaluate(CHART, "fig-cdf-e2e")
     assert code_cdf["title"].endswith("(task = code)") and code_cdf["x"] != whole_cdf["x"]
     assert "not measured (n too small)" in page.inner_text("#headline")
