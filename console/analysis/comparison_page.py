@@ -326,9 +326,19 @@ def comparison_context(summary: Summary, raw_slice: str | None) -> dict:
         "primary": _primary_rows(summary),
         "quality_counts": quality.counts,
         "correctness": summary.correctness,
+        "correct_total": _correct_total(summary),
         "capacity": summary.capacity,
         "capacity_figures": _capacity_figures(summary.capacity),
         "sessions": _sessions_context(summary),
         "knees": [k for k in summary.knees if k.knee_k is not None],
         "notes": summary.notes,
     }
+
+
+def _correct_total(summary: Summary) -> dict[str, int] | None:
+    """Graded answers over every arm, load and task: ``{"correct", "gradable"}``; None ungraded.
+    "0 regressions" over no correct answer at all is no good news: the page says both."""
+    if summary.correctness is None or not summary.correctness.rates:
+        return None
+    rates = summary.correctness.rates
+    return {"correct": sum(r.correct for r in rates), "gradable": sum(r.gradable for r in rates)}

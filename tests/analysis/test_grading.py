@@ -246,6 +246,30 @@ def test_it_grades_in_the_worker_computation_and_shows_it_on_the_page_and_api(vi
     assert 'id="correctness"' in html and "0.875" in html
 
 
+@pytest.mark.django_db
+def test_the_page_does_not_call_no_regression_good_news_when_nothing_was_correct(viewer_client, gsm8k):
+    """Both arms answer every graded request wrong: 0 regressions, and the page says that no answer
+    was correct instead of a green "0" (issue 22, point 5)."""
+    from console.analysis.services import comparison_refresh
+    from console.results.models import RequestResult
+    from console.traces.models import TraceRequest
+    from tests.support.synthetic import experiment_synthesize
+
+    experiment = experiment_synthesize(n_requests=12, ks=(2,), loads="1x", repeats=1)
+    graded = list(TraceRequest.objects.filter(trace=experiment.trace).order_by("position")[:7])
+    for tr, (request, solution) in zip(graded, gsm8k, strict=False):
+        tr.task, tr.metadata = "math", request["metadata"]
+        tr.save(update_fields=["task", "metadata"])
+        RequestResult.objects.filter(trace_request=tr).update(output_text=_wrong_number(solution))
+    comparison_refresh(experiment_id=experiment.pk, n_boot=50)
+    html = viewer_client.get(f"/analysis/experiments/{experiment.pk}/").content.decode()
+    heading = html[html.index('id="correctness"') :]
+    heading = heading[: heading.index("</h2>")]
+    assert '<span class="badge na">0 regressions</span>' in heading
+    assert '<span class="badge fail" id="correct-total">0 of 14 graded answers correct</span>' in heading
+    assert "No graded answer was correct in any arm" in html
+
+
 @pytest.mark.parametrize(
     "metadata",
     [
