@@ -29,12 +29,45 @@ def _template(name: str) -> dict:
     return json.loads(pio.json.to_json_plotly(pio.templates[name].to_plotly_json()))
 
 
+# Plotly does not wrap a title: one longer than a half-width card is cut off at 1024 px.
+TITLE_LINE_CHARS = 56
+TITLE_LINE_PX = 20
+
+
+def title_wrapped(text: str, *, width: int = TITLE_LINE_CHARS) -> str:
+    """``text`` broken into lines of at most ``width`` characters at spaces, joined by ``<br>``
+    (plotly's line break); a word longer than a line stays whole."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(lines)
+
+
+def _layout_wrapped(layout: dict[str, Any]) -> dict[str, Any]:
+    """The layout with its title wrapped and the top margin grown by the lines it added."""
+    title = layout.get("title")
+    text = title.get("text") if isinstance(title, dict) else title if isinstance(title, str) else None
+    if not text or "<br>" in text or len(text) <= TITLE_LINE_CHARS:
+        return layout
+    wrapped = title_wrapped(text)
+    added = wrapped.count("<br>")
+    margin = dict(layout.get("margin") or {})
+    margin["t"] = int(margin.get("t", 40)) + TITLE_LINE_PX * added
+    height = layout.get("height")
+    extra = {"height": int(height) + TITLE_LINE_PX * added} if height else {}
+    new_title = {**title, "text": wrapped} if isinstance(title, dict) else {"text": wrapped}
+    return {**layout, "title": new_title, "margin": margin, **extra}
+
+
 def figure_embed(
     fig: go.Figure, *, div_id: str | None = None, config: dict | None = None, template: str = DEFAULT_TEMPLATE
 ) -> str:
     div_id = div_id or f"fig-{uuid.uuid4().hex[:12]}"
     data = fig.to_plotly_json()
-    layout = dict(data.get("layout") or {})
+    layout = _layout_wrapped(dict(data.get("layout") or {}))
     layout.pop("template", None)
     data["layout"] = {**layout, "template": _template(template)}
     # {"data": [...], "layout": {...}}; '<' only occurs inside JSON strings, where \u003c means the

@@ -72,3 +72,21 @@ def test_a_single_load_draws_bars_per_arm_not_lone_dots():
     two = metric_vs_load([row("baseline", "1x", 0.02), row("baseline", "4x", 0.03)], value=lambda s: s["v"],
                          title="TPOT p50 vs load")
     assert [t.type for t in two.data] == ["scatter"] and two.layout.title.text == "TPOT p50 vs load"
+
+
+def test_a_long_chart_title_wraps_at_spaces_and_gets_the_room_it_needs():
+    import plotly.graph_objects as go
+
+    from console.figures import TITLE_LINE_CHARS, figure_embed, title_wrapped
+
+    title = "Peak memory per arm (where it came from: see the sources table) at every load level"
+    wrapped = title_wrapped(title)
+    assert wrapped.replace("<br>", " ") == title
+    assert all(len(line) <= TITLE_LINE_CHARS for line in wrapped.split("<br>")) and wrapped.count("<br>") == 1
+    fig = go.Figure(layout={"title": title, "height": 340, "margin": {"t": 40}})
+    block = json.loads(re.search(r'<script type="application/json"[^>]*>(.*)</script>', figure_embed(fig)).group(1))
+    assert block["layout"]["title"]["text"] == wrapped
+    assert block["layout"]["margin"]["t"] == 60 and block["layout"]["height"] == 360
+    short = go.Figure(layout={"title": "TTFT CDF", "margin": {"t": 40}})
+    block = json.loads(re.search(r'<script type="application/json"[^>]*>(.*)</script>', figure_embed(short)).group(1))
+    assert block["layout"]["title"]["text"] == "TTFT CDF" and block["layout"]["margin"]["t"] == 40
