@@ -156,3 +156,25 @@ def test_the_page_of_a_keep_off_decision_names_the_candidates_it_was_judged_agai
     assert "judged against every speculative candidate (ngram)" in html and "candidate none" not in html
     html = approver_client.get(f"/decisions/{decision.pk}/").content.decode()
     assert "The gate does not pass on No candidate shows a clear benefit" in html
+
+
+def test_no_ratio_interval_reads_below_zero_nor_a_change_below_minus_100_percent():
+    """Successes per accelerator-hour cannot fall below zero: a wide interval's lower end is
+    clamped to a ratio of 0 (a change of -100%), as the gate's reason then says (issue 22, point 4)."""
+    from console.decisions.gate.common import ratio_from_delta, ratio_interval
+
+    wide = {"measured": True, "base": 100.0, "ratio": 1.396, "ratio_lo": -0.3141, "ratio_hi": 3.105}
+    assert ratio_interval(wide) == (1.396, 0.0, 3.105)
+    assert ratio_from_delta({"base": 100.0, "delta": 39.6, "delta_lo": -131.4, "delta_hi": 210.5})["ratio_lo"] == 0.0
+
+
+def test_the_comparison_clamps_a_ratio_bound_below_zero():
+    import numpy as np
+
+    from console.analysis.comparison.intervals import paired_delta
+
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.5, 1.5, 2000)
+    cand = np.abs(rng.normal(0.2, 3.0, 2000))  # a ratio distribution whose mean interval would reach below 0
+    out = paired_delta(stat="mean", base_point=1.0, cand_point=1.0, base_boot=base, cand_boot=cand - 1.2, n_requests=200)
+    assert out["ratio_lo"] >= 0.0 and out["ratio_hi"] >= out["ratio_lo"]

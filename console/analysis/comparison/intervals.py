@@ -146,6 +146,10 @@ def paired_delta(
         r_lo, r_hi = interval_percentile(ratio_boot, ci=ci)
         p = p_value_percentile(diff_boot)
         mc = mc_error_rel(diff_boot, lo=lo, hi=hi)
+    # Every statistic compared here is non-negative (seconds, rates, requests/s, bytes), so is the
+    # ratio: a bound below zero (a wide studentized interval) is clamped to 0, which only widens
+    # what the interval covers of the possible values and never shows an impossible ratio.
+    r_lo, r_hi = (max(float(b), 0.0) if np.isfinite(b) else b for b in (r_lo, r_hi))
     return out | {
         "delta_lo": lo,
         "delta_hi": hi,

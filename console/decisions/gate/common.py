@@ -21,8 +21,9 @@ def ratio_from_delta(row: Mapping[str, Any]) -> dict[str, Any]:
     base = row.get("base")
     if not (finite(base) and base):
         return {"ratio": None, "ratio_lo": None, "ratio_hi": None}
+    # ratios of non-negative quantities: a bound below 0 is clamped there (see ratio_interval)
     return {
-        k: (1 + row[src] / base if finite(row.get(src)) else None)
+        k: (max(1 + row[src] / base, 0.0) if finite(row.get(src)) else None)
         for k, src in (("ratio", "delta"), ("ratio_lo", "delta_lo"), ("ratio_hi", "delta_hi"))
     }
 
@@ -110,7 +111,10 @@ def ratio_interval(r: Mapping[str, Any]) -> tuple[float, float, float] | None:
         derived = ratio_from_delta(r)
         ratio, lo, hi = derived["ratio"], derived["ratio_lo"], derived["ratio_hi"]
     if finite(ratio) and finite(lo) and finite(hi):
-        return float(ratio), float(lo), float(hi)
+        # A ratio of non-negative quantities (successes per accelerator-hour, latencies) is never
+        # below 0: a wider interval's bound below it is clamped, so no change reads below -100%
+        # and the true value stays covered.
+        return float(ratio), max(float(lo), 0.0), max(float(hi), 0.0)
     return None
 
 
