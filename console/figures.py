@@ -30,7 +30,7 @@ def _template(name: str) -> dict:
 
 
 # Plotly does not wrap a title: one longer than a half-width card is cut off at 1024 px.
-TITLE_LINE_CHARS = 56
+TITLE_LINE_CHARS = 38  # a card of the three-column grid is about 360 px wide at 1440
 TITLE_LINE_PX = 20
 
 

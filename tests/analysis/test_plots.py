@@ -82,11 +82,11 @@ def test_a_long_chart_title_wraps_at_spaces_and_gets_the_room_it_needs():
     title = "Peak memory per arm (where it came from: see the sources table) at every load level"
     wrapped = title_wrapped(title)
     assert wrapped.replace("<br>", " ") == title
-    assert all(len(line) <= TITLE_LINE_CHARS for line in wrapped.split("<br>")) and wrapped.count("<br>") == 1
+    assert all(len(line) <= TITLE_LINE_CHARS for line in wrapped.split("<br>")) and wrapped.count("<br>") == 2
     fig = go.Figure(layout={"title": title, "height": 340, "margin": {"t": 40}})
     block = json.loads(re.search(r'<script type="application/json"[^>]*>(.*)</script>', figure_embed(fig)).group(1))
     assert block["layout"]["title"]["text"] == wrapped
-    assert block["layout"]["margin"]["t"] == 60 and block["layout"]["height"] == 360
+    assert block["layout"]["margin"]["t"] == 80 and block["layout"]["height"] == 380
     short = go.Figure(layout={"title": "TTFT CDF", "margin": {"t": 40}})
     block = json.loads(re.search(r'<script type="application/json"[^>]*>(.*)</script>', figure_embed(short)).group(1))
     assert block["layout"]["title"]["text"] == "TTFT CDF" and block["layout"]["margin"]["t"] == 40
