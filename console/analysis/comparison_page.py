@@ -151,6 +151,20 @@ def _headline_table(rows: list[slice_view.TableRow]) -> list[HeadlineView]:
     return table
 
 
+def _not_measured_legend(table: list[HeadlineView]) -> list[str]:
+    """Why cells were not measured, each reason once, numbered: the cells then carry only
+    "not measured [n]", so a row of five such cells does not repeat one sentence five times."""
+    legend: list[str] = []
+    for row in table:
+        for i, cell in enumerate(row.cells):
+            if cell.verdict != "not-measured" or not cell.delta:
+                continue
+            if cell.delta not in legend:
+                legend.append(cell.delta)
+            row.cells[i] = Cell(cell.text, cell.verdict, f"not measured [{legend.index(cell.delta) + 1}]", cell.floor)
+    return legend
+
+
 @dataclass(frozen=True)
 class PrimaryView:
     """A primary endpoint's row as the page shows it (``verdict`` and ``floor`` as in a cell)."""
@@ -262,6 +276,7 @@ def _slice_context(summary: Summary, raw: str | None) -> dict:
         chosen, error = None, str(exc)
     rows = slice_view.slice_rows(summary, chosen)
     titled = _slice_figures(summary, chosen, rows)
+    table = _headline_table(rows)
     label = None
     if chosen is not None:
         label = f"{slice_view.DIMENSION_LABELS.get(chosen[0], chosen[0])} = {chosen[1]}"
@@ -272,7 +287,8 @@ def _slice_context(summary: Summary, raw: str | None) -> dict:
         "slice_selected": slice_view.ALL if chosen is None else slice_view.slice_key(*chosen),
         "slice_label": label,
         "slice_error": error,
-        "headline_table": _headline_table(rows),
+        "headline_table": table,
+        "not_measured_legend": _not_measured_legend(table),
         "slice_figures": [(div_id, plots.fig_html(fig, div_id=f"fig-{div_id}")) for div_id, fig in titled],
     }
 

@@ -51,6 +51,10 @@ def test_it_redraws_the_table_and_charts_for_the_chosen_slice(viewer_client, exp
     assert "TPOT p50 at load 1x (task = code)" in sliced and "TPOT p50 at load 1x (" not in html
     # The slice's own intervals and floors: 10 code requests are too few for a p95.
     assert "not measured (n too small): 10 requests, p95 needs 40" in sliced
+    # Each reason once, in the legend under the table; the cells point to it (issue 22, point 5).
+    headline = sliced[sliced.index('id="headline"') : sliced.index("</section>", sliced.index('id="headline"'))]
+    assert headline.count("not measured (n too small): 10 requests, p95 needs 40") == 1
+    assert 'id="not-measured-legend"' in headline and "not measured [1]" in headline
     assert sliced.count('class="floor">floor ±') >= 1
     # Whole-experiment sections stay whatever the slice.
     assert 'id="class-goodput"' in sliced and 'id="divergences"' in sliced and 'id="telemetry"' in sliced
