@@ -14,12 +14,20 @@ from console.traces.models import Trace
 
 @require_safe
 def home(request: HttpRequest):
+    experiments = list(Experiment.objects.order_by("-created_at")[:5])
     context = {
         "traces": Trace.objects.order_by("-created_at")[:5],
-        "experiments": Experiment.objects.order_by("-created_at")[:5],
+        "answers": [(e, _latest_decision(e)) for e in experiments],
         "decisions": Decision.objects.order_by("-created_at")[:5],
     }
     return render(request, "home.html", context)
+
+
+def _latest_decision(experiment: Experiment) -> Decision | None:
+    """The answer recorded for ``experiment``: its latest signed decision, else its latest draft."""
+    decisions = Decision.objects.filter(experiment=experiment).select_related("candidate_arm", "signoff")
+    signed = decisions.filter(status__in=Decision.SIGNED_STATUSES).order_by("-created_at").first()
+    return signed or decisions.order_by("-created_at").first()
 
 
 @require_safe

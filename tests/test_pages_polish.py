@@ -343,3 +343,20 @@ def test_every_main_page_has_one_h1_ordered_headings_and_labelled_inputs(enginee
         if page.unlabelled():
             problems.append(f"{path}: unlabelled {page.unlabelled()}")
     assert problems == []
+
+
+def test_the_home_page_answers_its_question_for_each_experiment(viewer_client, story):
+    """Beside each recent experiment, the answer recorded for it: what its decision proposes, its
+    state, its gate, and whether it was approved over the gate (issue 22, point 2)."""
+    from tests.support.synthetic import experiment_synthesize
+
+    undecided = experiment_synthesize(n_requests=10, ks=(2,), loads="1x", repeats=1, name="undecided")
+    html = viewer_client.get("/").content.decode()
+    answers = html[html.index('id="answers"') :]
+    answers = answers[: answers.index("</section>")]
+    decision = story["decision"]
+    mine = next(li for li in answers.split("<li>") if f"/experiments/{story['experiment'].pk}/" in li)
+    assert f"Keep off:\n        <a href=\"/decisions/{decision.pk}/\">decision #{decision.pk}</a> approved" in mine
+    assert "approved over the gate" in mine
+    other = next(li for li in answers.split("<li>") if f"/experiments/{undecided.pk}/" in li)
+    assert "No decision yet" in other
