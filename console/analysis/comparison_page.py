@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from console.analysis import plots, slice_view
 from console.analysis.comparison.schema import Capacity, DeltaRow, HeadlineRow, Sessions, SliceRow, Summary
+from console.analysis.verdict_words import verdict_lines
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -330,6 +331,7 @@ def comparison_context(summary: Summary, raw_slice: str | None) -> dict:
     """Everything the comparison page shows of a stored comparison, the chosen slice's part
     included."""
     quality = summary.quality
+    primary = _primary_rows(summary)
     return _slice_context(summary, raw_slice) | {
         "headline_columns": HEADLINE_COLUMNS,
         "figures": _figures(summary),
@@ -341,7 +343,13 @@ def comparison_context(summary: Summary, raw_slice: str | None) -> dict:
         "noise_floor": _noise_floor_rows(summary),
         "stability": summary.baseline_stability,
         "endpoints": summary.endpoints,
-        "primary": _primary_rows(summary),
+        "primary": primary,
+        "verdicts": verdict_lines(
+            primary,
+            metric=summary.endpoints.primary_metric,
+            stat=summary.endpoints.primary_stat,
+            promised=summary.endpoints.promised_class,
+        ),
         "quality_counts": quality.counts,
         "correctness": summary.correctness,
         "correct_total": _correct_total(summary),

@@ -213,3 +213,17 @@ def test_the_run_page_shows_its_speculative_config_as_json_not_a_python_repr(vie
     assert "&quot;num_speculative_tokens&quot;: 2" in config and "&#x27;" not in config, config
     baseline = experiment.runs.filter(arm__is_baseline=True).first()
     assert "baseline (no speculation)" in viewer_client.get(f"/analysis/runs/{baseline.pk}/").content.decode()
+
+
+def test_the_comparison_opens_with_the_answer_in_plain_words(viewer_client):
+    from console.analysis.services import comparison_refresh
+    from tests.support.synthetic import experiment_synthesize
+
+    experiment = experiment_synthesize(n_requests=40, ks=(2, 4), loads="1x", repeats=2, seed=3)
+    comparison_refresh(experiment_id=experiment.pk, n_boot=100)
+    html = viewer_client.get(f"/analysis/experiments/{experiment.pk}/").content.decode()
+    assert html.index('id="verdict"') < html.index('id="primary"') < html.index('id="headline"')
+    answer = html[html.index('id="verdict"') : html.index("</section>", html.index('id="verdict"'))]
+    for arm in experiment.arms.filter(is_baseline=False):
+        assert f"{arm.label} " in answer
+    assert "tpot_s p95" in answer and ("at 1x" in answer)
