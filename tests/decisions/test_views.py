@@ -308,3 +308,22 @@ def test_the_lists_and_the_archive_show_each_proposal_its_gate_and_an_override(
     recent = listing[listing.index("Recently signed") :].split("<li>")
     assert "over a failing gate" in next(li for li in recent if "over the gate" in li)
     assert "over a failing gate" not in next(li for li in recent if "clean pass" in li)
+
+
+def test_the_decision_page_leads_with_the_proposal_the_gate_and_who_signed(experiment, engineer, approver, viewer_client):
+    from console.decisions import services
+    from tests.decisions.conftest import submitted_make
+    from tests.decisions.factories import summary_passing
+
+    summary = summary_passing()
+    summary["headline"][1]["peak_memory_bytes"] = 15.5 * 2**30
+    decision = submitted_make(experiment=experiment, author=engineer, summary=summary)
+    html = viewer_client.get(f"/decisions/{decision.pk}/").content.decode()
+    lead = html[html.index('id="decision-lead"') : html.index("</section>", html.index('id="decision-lead"'))]
+    assert html.index('id="decision-lead"') < html.index('id="gate"')
+    assert "<strong>Enable everywhere with the candidate config</strong>: <strong>ngram</strong>" in lead
+    assert 'badge fail">fail<' in lead and "awaiting an approver's signature" in lead
+    services.decision_sign(decision=decision, signer=approver, verdict="approved", comment="ok", override_reason="node")
+    html = viewer_client.get(f"/decisions/{decision.pk}/").content.decode()
+    lead = html[html.index('id="decision-lead"') : html.index("</section>", html.index('id="decision-lead"'))]
+    assert f"approved by <b>{approver.username}</b>" in lead and "over the gate" in lead
