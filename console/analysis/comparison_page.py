@@ -65,9 +65,10 @@ def _fmt(value, unit: str) -> str:
         return f"${value:.5f}" if value < 0.01 else f"${value:.3f}"
     if unit == "s":
         return f"{value:.3f} s"
+    suffix = f" {unit}" if unit else ""  # every number with its unit (req/s, ...)
     if isinstance(value, float):
-        return f"{value:.3g}"
-    return str(value)
+        return f"{value:.3g}{suffix}"
+    return f"{value}{suffix}"
 
 
 @dataclass(frozen=True)

@@ -227,3 +227,9 @@ def test_the_comparison_opens_with_the_answer_in_plain_words(viewer_client):
     for arm in experiment.arms.filter(is_baseline=False):
         assert f"{arm.label} " in answer
     assert "tpot_s p95" in answer and ("at 1x" in answer)
+
+
+def test_the_headline_shows_goodput_with_its_unit():
+    from console.analysis.comparison_page import _fmt
+
+    assert _fmt(0.36, "req/s") == "0.36 req/s" and _fmt(1.5, "") == "1.5" and _fmt(None, "req/s") == "—"
