@@ -115,7 +115,8 @@ def test_it_flags_a_candidate_whose_server_counters_show_no_draft(viewer_client)
     assert "server did not speculate" in k4 and "run-level (server counters)" in k4
     k2 = section[section.index("ngram k=2") :].split("</tr>")[0]
     assert "server did not speculate" not in k2 and "run-level (server counters)" in k2
-    assert "0.750" in k2 and "2.50" in k2  # 60 / 80 accepted; 1 + 60 / 40
+    # 60 / 80 accepted, as a percentage like the headline's acceptance; 1 + 60 / 40
+    assert "75%" in k2 and "0.750" not in k2 and "2.50" in k2
 
 
 def test_it_shows_what_the_drafter_costs_the_kv_cache_per_arm(viewer_client):
