@@ -646,3 +646,14 @@ def test_criterion_one_reads_the_experiments_declared_load_weights():
     _, by_key = evaluate(s, {"load_weights": {"1x": 1, "4x": 9}})
     assert by_key["task_improvement"]["status"] == "fail"
     assert "declared workload weights (gate settings)" in by_key["task_improvement"]["summary"]
+
+
+def test_a_success_gain_too_uncertain_to_rule_out_a_loss_is_not_called_worse():
+    """A point estimate of +7.5% whose lower bound reaches below the margin fails non-inferiority,
+    and the reason says so in those words, never "worse beyond the margin" (issue 22, point 4)."""
+    s = summary_passing()
+    edit(s, metric="success", stat="mean", cand=0.975, delta=0.075, delta_lo=-0.04, delta_hi=0.19)
+    _, by_key = evaluate(s)
+    c = by_key["task_improvement"]
+    assert c["status"] == "fail" and "worse beyond the margin" not in c["summary"]
+    assert "success not shown within the margin: estimate +7.5%, but its lower bound -4.0% is below -1.0%" in c["summary"]

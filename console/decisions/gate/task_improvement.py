@@ -126,7 +126,7 @@ def _task_improvement_busy_time(
         numbers.append(number_row(f"{load}: ratio [lo, hi] (weight {w:.2f})", list(r or ()), "x"))
     failing = []
     if not s_low > -margin:
-        failing.append(f"{s_metric} worse beyond the margin ({s_low:+.1%} <= -{margin:.1%})")
+        failing.append(_success_not_within_margin(s_metric, s_est=s_est, s_low=s_low, margin=margin))
     if not e_low > 0:
         failing.append("successes per busy accelerator-hour not better: interval not above zero")
     summary = (
@@ -191,7 +191,7 @@ def _task_improvement_capacity(
     notes = [f"cost basis: {COST_BASES['capacity']}", f"SLO: {slo_text}", f"weights: {how}"]
     failing = []
     if not s_low > -margin:
-        failing.append(f"{s_metric} worse beyond the margin ({s_low:+.1%} <= -{margin:.1%})")
+        failing.append(_success_not_within_margin(s_metric, s_est=s_est, s_low=s_low, margin=margin))
     if not finite(r_lo):
         if (cand.get("interval") or [None])[0] is None and base.get("rate_multiplier") is not None:
             failing.append("the candidate met the SLO at no tested rate, the baseline did")
@@ -208,3 +208,14 @@ def _task_improvement_capacity(
     if failing:
         return criterion_result(key, FAIL, summary + ": " + "; ".join(failing), numbers, evidence, notes)
     return criterion_result(key, PASS, summary, numbers, evidence, notes)
+
+
+def _success_not_within_margin(s_metric: str, *, s_est: float, s_low: float, margin: float) -> str:
+    """Why non-inferiority failed, in words that fit the point estimate: "worse beyond the margin"
+    only when the estimate itself is; else that a loss beyond the margin cannot be ruled out."""
+    if s_est <= -margin:
+        return f"{s_metric} worse beyond the margin ({s_est:+.1%}, lower bound {s_low:+.1%}, margin -{margin:.1%})"
+    return (
+        f"{s_metric} not shown within the margin: estimate {s_est:+.1%}, but its lower bound {s_low:+.1%} "
+        f"is below -{margin:.1%} (too uncertain to rule out a loss)"
+    )
