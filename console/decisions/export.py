@@ -18,17 +18,19 @@ STATUS_LABEL = {"pass": "PASS", "fail": "FAIL", "not_measured": "NOT MEASURED"}
 
 def value_text(value: Any, unit: str = "") -> str:
     """A value as the exports and the gate table print it: "n/a" for None, GiB for bytes, a percentage
-    for a fraction, a float to 4 significant digits, then the unit; a list's items joined by " / ",
-    the unit once at the end."""
+    for a fraction, seconds below one as milliseconds, a float to 4 significant digits, then the
+    unit; a list's items each with its unit, joined by " / " (a missing item "—")."""
     if value is None:
         return "n/a"
     if isinstance(value, list):
-        return " / ".join(value_text(v) for v in value) + (f" {unit}" if unit else "")
+        return " / ".join("—" if v is None else value_text(v, unit) for v in value)
     if isinstance(value, float):
         if unit == "bytes":
             return f"{value / 2**30:.2f} GiB"
         if unit == "fraction":
             return f"{value:.1%}"
+        if unit == "s" and abs(value) < 1:
+            return f"{value * 1000:.4g} ms"
         return f"{value:.4g}" + (f" {unit}" if unit else "")
     if isinstance(value, int) and unit == "bytes":
         return f"{value / 2**30:.2f} GiB"

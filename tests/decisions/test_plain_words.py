@@ -178,3 +178,20 @@ def test_the_comparison_clamps_a_ratio_bound_below_zero():
     cand = np.abs(rng.normal(0.2, 3.0, 2000))  # a ratio distribution whose mean interval would reach below 0
     out = paired_delta(stat="mean", base_point=1.0, cand_point=1.0, base_boot=base, cand_boot=cand - 1.2, n_requests=200)
     assert out["ratio_lo"] >= 0.0 and out["ratio_hi"] >= out["ratio_lo"]
+
+
+def test_a_number_row_gives_each_item_its_unit_and_never_mixes_a_p_value_into_seconds():
+    from console.decisions import gate
+    from console.decisions.export import value_text
+    from tests.decisions.factories import summary_make, summary_passing
+
+    assert value_text([0.0857, 0.08431, -0.001398, None, 0.003064], "s") == (
+        "85.7 ms / 84.31 ms / -1.398 ms / — / 3.064 ms"
+    )
+    assert value_text([1.5, 2.0], "s") == "1.5 s / 2 s" and value_text(None, "s") == "n/a"
+    facts = gate.gate_facts_from_summary(summary_make(summary_passing()), candidate_arm="ngram", traffic_class="interactive")
+    latency = next(c for c in gate.gate_evaluate(facts, None, traffic_class="interactive")["criteria"] if c["key"] == "latency_benefit")
+    rows = {n["label"]: n for n in latency["numbers"]}
+    holm = [n for label, n in rows.items() if label.endswith("Holm-adjusted p")]
+    assert holm and all(n["unit"] == "" for n in holm)
+    assert not any("Holm" in label for label, n in rows.items() if n["unit"] == "s")
