@@ -6,7 +6,7 @@ the prefilled checklist always match the evidence and the settings the draft hol
 
 from __future__ import annotations
 
-from console.analysis.comparison.schema import Summary
+from console.analysis.comparison.schema import ComparisonSchemaError, Summary
 from console.analysis.selectors import experiment_fit_assessment
 from console.decisions import checklist, gate, selectors
 from console.decisions.models import Decision
@@ -22,8 +22,12 @@ def decision_recompute(*, decision: Decision, comparison: Summary | None) -> Non
     keep_off = decision.proposal == Decision.Proposal.KEEP_OFF
     stored = (decision.gate or {}).get("facts") or {}
     if comparison is None and keep_off and "candidates" not in stored:
-        # turned into a keep-off draft: its gate judges every candidate, so it needs the comparison
-        comparison = selectors.decision_comparison(experiment=decision.experiment)
+        # a keep-off draft whose facts predate its proposal: its gate judges every candidate, so it
+        # reads the comparison; one stored in another schema leaves the gate not measured
+        try:
+            comparison = selectors.decision_comparison(experiment=decision.experiment)
+        except ComparisonSchemaError:
+            comparison = None
     if comparison is not None:
         hardware = decision.experiment.runs.exclude(hardware={}).values_list("hardware", flat=True)
         exact = decision.experiment.sampling == "greedy"
