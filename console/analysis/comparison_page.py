@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from console.analysis import plots, slice_view
 from console.analysis.comparison.schema import Capacity, DeltaRow, HeadlineRow, Sessions, SliceRow, Summary
-from console.analysis.verdict_words import verdict_lines
+from console.analysis.verdict_words import PrimaryView, verdict_lines
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -165,25 +165,6 @@ def _not_measured_legend(table: list[HeadlineView]) -> list[str]:
                 legend.append(cell.delta)
             row.cells[i] = Cell(cell.text, cell.verdict, f"not measured [{legend.index(cell.delta) + 1}]", cell.floor)
     return legend
-
-
-@dataclass(frozen=True)
-class PrimaryView:
-    """A primary endpoint's row as the page shows it (``verdict`` and ``floor`` as in a cell)."""
-
-    arm: str
-    load: str
-    metric: str
-    stat: str
-    measured: bool
-    reason: str | None
-    p_holm: float | None
-    verdict: str | None
-    floor: str | None
-    base_text: str
-    cand_text: str
-    delta_text: str
-    interval_text: str
 
 
 def _primary_rows(summary: Summary) -> list[PrimaryView]:

@@ -8,10 +8,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 
-class PrimaryLike(Protocol):
+@dataclass(frozen=True)
+class PrimaryView:
+    """A primary endpoint's row as the comparison page shows it (``verdict`` and ``floor`` as in a
+    headline cell): built by ``comparison_page``, read here."""
+
     arm: str
     load: str
     metric: str
@@ -20,6 +23,9 @@ class PrimaryLike(Protocol):
     reason: str | None
     p_holm: float | None
     verdict: str | None
+    floor: str | None
+    base_text: str
+    cand_text: str
     delta_text: str
     interval_text: str
 
@@ -31,9 +37,9 @@ class CandidateVerdict:
     sentence: str
 
 
-def verdict_lines(primary: Sequence[PrimaryLike], *, metric: str, stat: str, promised: str) -> list[CandidateVerdict]:
+def verdict_lines(primary: Sequence[PrimaryView], *, metric: str, stat: str, promised: str) -> list[CandidateVerdict]:
     """One sentence per candidate arm over its primary-endpoint rows (``metric`` ``stat``)."""
-    by_arm: dict[str, list[PrimaryLike]] = defaultdict(list)
+    by_arm: dict[str, list[PrimaryView]] = defaultdict(list)
     for row in primary:
         if row.metric == metric and row.stat == stat:
             by_arm[row.arm].append(row)
