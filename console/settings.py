@@ -94,6 +94,8 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "console.accounts.context.roles",
             ],
+            # One way to show a number on every page: |seconds, |pct, |ratio, |usd, |show:"unit" ...
+            "builtins": ["console.number_filters"],
         },
     }
 ]

@@ -5,11 +5,12 @@ titles, proposals by their labels, field names as words, nested values flattened
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from console.decisions.gate.constants import TITLES
 from console.decisions.models import Decision
+from console.words import key_words, listed, plain_pairs, plain_value
 
 PROPOSALS = dict(Decision.Proposal.choices)
 VERDICTS = {"approved": "approved", "approved_with_conditions": "approved with conditions", "rejected": "rejected"}
@@ -47,34 +48,9 @@ def _part(key: str, value: Any) -> str:
     return f"{_words(key)}: {plain_value(value)}"
 
 
-def plain_pairs(values: Mapping[str, Any]) -> str:
-    """``{"torch": "2.13", "dtype": {"dtype": "float32", ...}}`` as "dtype (dtype float32, ...), torch 2.13":
-    sorted keys, nested objects in brackets."""
-    return ", ".join(f"{k} {_nested(v)}" for k, v in sorted(values.items()))
-
-
-def _nested(value: Any) -> str:
-    if isinstance(value, Mapping):
-        return f"({plain_pairs(value)})"
-    return plain_value(value)
-
-
-def plain_value(value: Any) -> str:
-    """A stored value as words: yes/no, "—" for none, lists comma-separated, objects as pairs."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, Mapping):
-        return plain_pairs(value)
-    if isinstance(value, list | tuple | set):
-        return _listed(plain_value(v) for v in value)
-    return str(value)
-
-
-def _listed(items: Iterable[str]) -> str:
-    return ", ".join(items)
-
-
 def _words(name: Any) -> str:
-    return str(name).replace("_", " ")
+    return key_words(name)
+
+
+_listed = listed
+__all__ = ["audit_details_text", "plain_pairs", "plain_value"]

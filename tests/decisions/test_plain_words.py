@@ -78,7 +78,7 @@ def test_versions_and_hardware_read_as_pairs_in_the_exports_never_as_a_repr():
     from console.decisions.words import plain_pairs
 
     hardware = {"cpu_model": "AMD EPYC", "dtype": {"dtype": "float32", "source": "cache", "probe": None}}
-    assert plain_pairs(hardware) == "cpu_model AMD EPYC, dtype (dtype float32, probe —, source cache)"
+    assert plain_pairs(hardware) == "cpu model AMD EPYC, dtype (dtype float32, probe —, source cache)"
     assert plain_pairs({"gpu": True, "devices": [0, 1]}) == "devices 0, 1, gpu yes"
 
 
