@@ -129,11 +129,19 @@ STATICFILES_DIRS = [
     # browser library always matches the version plotly.py writes figures for.
     ("plotly", str(Path(importlib.util.find_spec("plotly").origin).parent / "package_data")),  # type: ignore[union-attr, arg-type]
 ]
+# Collected (manage.py collectstatic; console.static_files.static_collect_if_stale does it for the
+# demo, the tests and the benches) with content-hashed names and gzip copies: WhiteNoise serves a
+# hashed name with a year-long immutable cache and the compressed copy to browsers that take it.
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
-WHITENOISE_USE_FINDERS = True
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "console.static_files.CollectedFinder",  # hashed names, for a server that serves through the finders
+]
+WHITENOISE_USE_FINDERS = DEBUG  # DEBUG serves the sources as they are edited; otherwise STATIC_ROOT only
 MEDIA_ROOT = VAR_DIR / "media"
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -44,6 +44,16 @@ def _broker_per_xdist_worker() -> None:
 _broker_per_xdist_worker()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _static_collected():
+    """Pages name the collected, content-hashed static files (CompressedManifestStaticFilesStorage):
+    collect them once per session when a source is newer than the manifest (the xdist processes
+    take turns on a lock; the second finds them current)."""
+    from console.static_files import static_collect_if_stale
+
+    static_collect_if_stale()
+
+
 @pytest.fixture(autouse=True)
 def _cache_cleared():
     """Each test starts with an empty cache: login and token throttling counters live there."""

@@ -33,6 +33,7 @@ from console.demo.report import demo_report_print
 from console.demo.trace import demo_trace_import
 from console.demo.worker import demo_experiment_run
 from console.experiments.models import Experiment
+from console.static_files import static_collect_if_stale
 from workers.catalog.resolve import model_fetch
 from workers.embedded import Interrupted, interrupt_signals
 
@@ -105,6 +106,8 @@ class Command(BaseCommand):
             ) from None
         if no_serve:
             return
+        if static_collect_if_stale():  # the pages name content-hashed static files (settings.STORAGES)
+            say("static files collected into var/staticfiles")
         # Outside interrupt_signals: Ctrl-C here just stops the server, as runserver's own does.
         say(f"serving the console at {url}  (Ctrl-C to stop)")
         call_command("runserver", f"127.0.0.1:{port}", "--noreload")
