@@ -117,6 +117,7 @@ MATRIX: dict[str, dict[str, str]] = {
     "GET /policies/{pk}/vllm-serve.sh": everyone_signed_in(),
     "GET /policies/{pk}/litellm.yaml": everyone_signed_in(),
     "GET /api/policies": everyone_signed_in(),
+    "POST /api/policies": engineers(),  # fits one (the fit form's checks)
     "GET /api/policies/{id}": everyone_signed_in(),
     "GET /api/policies/{id}/deployment": everyone_signed_in(),
     # decisions

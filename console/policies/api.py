@@ -1,16 +1,20 @@
-"""JSON API for slice policies: GET /api/policies[?experiment=ID], GET /api/policies/{id},
-GET /api/policies/{id}/deployment (vllm serve lines and the LiteLLM router config)."""
+"""JSON API for slice policies: GET /api/policies[?experiment=ID], POST /api/policies (fit one),
+GET /api/policies/{id}, GET /api/policies/{id}/deployment (vllm serve lines and the LiteLLM
+router config)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Path, Query, Router
+from ninja import Path, Query, Router, Status
+from pydantic import Field
 
-from console.apikit import MAX_ID, ApiError, Id, Open, errors, row_or_404
+from console.accounts.roles import RUN_EXPERIMENT
+from console.apikit import MAX_ID, ApiError, Id, Open, Strict, access, errors, row_or_404, text
 from console.experiments.models import Experiment
 from console.policies import deploy
+from console.policies.fit_request import PolicyFitRefused, policy_fit_checked
 from console.policies.models import SlicePolicy
 from console.policies.selectors import policy_deployment, policy_export, policy_list
 
@@ -43,6 +47,19 @@ class PolicyDeploymentOut(Open):
     pools: list[dict[str, Any]]
     table: list[dict[str, Any]]
     router_config: dict[str, Any]
+
+
+class PolicyFitIn(Strict):
+    """What ``policy_fit`` takes; omitted fields take the fit form's defaults (every candidate, the
+    first load level, TPOT, the default features, 10 train requests per slice, a 0.95 interval)."""
+
+    experiment: Id  # type: ignore[valid-type]
+    arms: list[text(200)] | None = Field(None, max_length=64)  # type: ignore[valid-type]
+    load: text(100) | None = Field(None, description="a load level label, or \"all\" to pool every level")  # type: ignore[valid-type]
+    metric: text(50) | None = None  # type: ignore[valid-type]
+    features: list[text(50)] | None = Field(None, max_length=32)  # type: ignore[valid-type]
+    min_support: int | None = Field(None, ge=2, le=1_000_000)
+    ci: float | None = Field(None, ge=0.5, le=0.999)
 
 
 def _downloads(pk: int) -> dict[str, str]:
@@ -78,12 +95,36 @@ def policy_deployment_api(request: HttpRequest, id: Path[Id]):  # type: ignore[v
 )
 def policy(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
     item = row_or_404(SlicePolicy.objects.select_related("created_by"), id, what="policy")
+    return _detail(item)
+
+
+def _detail(item: SlicePolicy) -> dict[str, Any]:
     return policy_export(policy=item) | {
         "rules": (item.rules or {}).get("rules", []),
         "train_scores": item.train_scores,
         "holdout_scores": item.holdout_scores,
         "downloads": _downloads(item.pk),
     }
+
+
+@router.post(
+    "/policies",
+    response={201: PolicyDetailOut, **errors(400)},
+    url_name="api-policies-fit",
+    summary="Fit a slice policy on an experiment's train split and score it on its holdout",
+    **access(capability=RUN_EXPERIMENT),
+)
+def policy_fit_api(request: HttpRequest, payload: PolicyFitIn):
+    """Needs permission accounts.run_experiment. The same checks as the fit form: a 400 names the
+    field (an arm the experiment does not have, a load level it did not run, a feature that is
+    not known before execution) or says why the experiment cannot be fitted yet."""
+    try:
+        policy = policy_fit_checked(
+            fields=payload.model_dump(exclude_none=True), created_by=request.user
+        )
+    except PolicyFitRefused as exc:
+        raise ApiError(400, exc.message, details=exc.details) from None
+    return Status(201, _detail(policy))
 
 
 @router.get(
