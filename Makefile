@@ -47,7 +47,7 @@ $(VLLM_VENV)/.installed: pyproject.toml Makefile
 	@touch $@
 
 test-vllm: $(VLLM_VENV)/.installed
-	$(VLLM_VENV)/bin/pytest tests/workers/test_vllm_engine.py tests/workers/test_openai_vllm_server.py -m vllm -p no:cacheprovider
+	$(VLLM_VENV)/bin/pytest tests/workers/test_vllm_engine.py tests/workers/test_openai_vllm_server.py tests/workers/test_vllm_schedule.py -m vllm -p no:cacheprovider
 
 # The embedded default: SQLite under var/, the filesystem broker, a worker the demo starts itself.
 # SPECREVIEW_DEMO_T0 (when make started, before the install) lets the demo's time budget count the install.
