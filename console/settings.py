@@ -121,7 +121,10 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "staticfiles"
+# Collected static files are built from the code (content-hashed names), not instance state: they
+# live beside the code, so an instance with its own SPECREVIEW_VAR_DIR (a test, a second console)
+# serves the same collection.
+STATIC_ROOT = Path(envstr("SPECREVIEW_STATIC_ROOT", str(BASE_DIR / "var" / "staticfiles")))  # type: ignore[arg-type]
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request otherwise
 STATICFILES_DIRS = [
     BASE_DIR / "static",

@@ -8,33 +8,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from console import numbers
 from console.decisions import selectors
 from console.decisions.models import ArchiveRecord, Decision
-from console.decisions.words import plain_pairs
+from console.decisions.words import (
+    VERDICTS,
+    gate_number_text,
+    plain_pairs,
+    setting_value_text,
+    stored_segments,
+    stored_words,
+    trigger_text,
+    utc_text,
+)
 from console.exports import markdown_block, markdown_code, markdown_inline
 
 STATUS_LABEL = {"pass": "PASS", "fail": "FAIL", "not_measured": "NOT MEASURED"}
 
 
 def value_text(value: Any, unit: str = "") -> str:
-    """A value as the exports and the gate table print it: "n/a" for None, GiB for bytes, a percentage
-    for a fraction, seconds below one as milliseconds, a float to 4 significant digits, then the
-    unit; a list's items each with its unit, joined by " / " (a missing item "—")."""
-    if value is None:
-        return "n/a"
-    if isinstance(value, list):
-        return " / ".join("—" if v is None else value_text(v, unit) for v in value)
-    if isinstance(value, float):
-        if unit == "bytes":
-            return f"{value / 2**30:.2f} GiB"
-        if unit == "fraction":
-            return f"{value:.1%}"
-        if unit == "s" and abs(value) < 1:
-            return f"{value * 1000:.4g} ms"
-        return f"{value:.4g}" + (f" {unit}" if unit else "")
-    if isinstance(value, int) and unit == "bytes":
-        return f"{value / 2**30:.2f} GiB"
-    return f"{value}" + (f" {unit}" if unit else "")
+    """A value in its unit as the exports and the gate table print it (:func:`console.numbers.show`:
+    a dash for a missing value, GiB for bytes, a percentage for a fraction, seconds below one as
+    milliseconds, three significant digits); a list's items each in the unit, joined by " / "."""
+    return numbers.show(value, unit)
 
 
 def decision_document(*, decision: Decision) -> dict[str, Any]:
@@ -85,6 +81,40 @@ def _md_cell(text: Any) -> str:
     return markdown_inline(text)
 
 
+def _md_code_span(text: str, *, in_table: bool) -> str:
+    """``text`` as one Markdown code span (shown literally: no escaping inside one), fenced by more
+    backticks than it holds; in a table cell a pipe is escaped, as GFM tables need."""
+    text = " ".join(text.split())
+    if in_table:
+        text = text.replace("|", "\\|")
+    fence = "`" * (_longest_backticks(text) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _longest_backticks(text: str) -> int:
+    longest = run = 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    return longest
+
+
+def _md_stored(text: Any, *, in_table: bool = True) -> str:
+    """Stored gate or checklist text (console.decisions.words.stored_segments) as Markdown: words
+    escaped, a stored config as JSON in a code span."""
+    out = []
+    for piece, is_code in stored_segments(text):
+        if is_code:
+            out.append(_md_code_span(piece, in_table=in_table))
+            continue
+        shown = markdown_inline(piece)
+        lead = " " if piece[:1].isspace() and out else ""
+        trail = " " if piece[-1:].isspace() else ""
+        out.append(f"{lead}{shown}{trail}" if shown else lead or trail)
+    return "".join(out).strip()
+
+
 def decision_markdown(*, decision: Decision) -> str:
     """The decision as Markdown. Every piece of text a user or a worker wrote goes through
     ``console.exports`` (``md``: one line, ``md_block``: paragraphs, ``code``: hashes), so no title,
@@ -116,7 +146,7 @@ def _md_facts(doc: dict[str, Any]) -> list[str]:
         f"- **Experiment:** {md(doc['experiment']['name'])} (#{doc['experiment']['id']}), "
         f"target {md(doc['experiment']['target_model'])}"
     )
-    out.append(f"- **Drafted by:** {md(doc['names']['created_by'])} at {md(d['created_at'])}")
+    out.append(f"- **Drafted by:** {md(doc['names']['created_by'])} at {md(utc_text(d['created_at']))}")
     if d["supersedes_id"]:
         out.append(f"- **Supersedes:** decision #{d['supersedes_id']}")
     if doc["superseded_by"]:
@@ -135,24 +165,38 @@ def _md_gate(doc: dict[str, Any]) -> list[str]:
     out = [f"## Release gate: {md(str(gate.get('overall', 'not computed')).upper())}", ""]
     out += ["| Criterion | Result | Numbers |", "|---|---|---|"]
     for c in gate.get("criteria") or []:
-        nums = "; ".join(
-            f"{n['label']}: {value_text(n['value'], n.get('unit', ''))}" for n in c["numbers"][:12]
-        )
+        nums = "; ".join(f"{stored_words(n['label'])}: {gate_number_text(n)}" for n in c["numbers"][:12])
         status = md(STATUS_LABEL.get(c["status"], c["status"]))
-        out.append(f"| {_md_cell(c['title'])} | **{status}** {_md_cell(c['summary'])} | {_md_cell(nums)} |")
+        out.append(f"| {_md_cell(c['title'])} | **{status}** {_md_stored(c['summary'])} | {_md_cell(nums)} |")
     deviations = gate.get("deviations") or []
     out += ["", "Gate settings that differ from the defaults: " + ("none" if not deviations else "")]
     for dv in deviations:
-        out.append(f"- {code(dv.get('key'))}: {md(dv.get('value'))} (default {md(dv.get('default'))})")
+        out.append(
+            f"- {code(dv.get('key'))}: {_md_setting(dv.get('value'))} (default {_md_setting(dv.get('default'))})"
+        )
     return out
+
+
+def _md_setting(value: Any) -> str:
+    """A gate setting's value: a short number or a name as it reads, none as "none", anything else
+    (a list, an object, a long float) as the JSON one would type, in code."""
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        return markdown_inline(value)
+    text = setting_value_text(value)
+    short = len(text.lstrip("-").replace(".", "").lstrip("0")) <= 4 or "." not in text
+    if isinstance(value, int | float) and not isinstance(value, bool) and short:
+        return markdown_inline(text)
+    return _md_code_span(text, in_table=False)
 
 
 def _md_checklist(doc: dict[str, Any]) -> list[str]:
     out = ["", "## Checklist", "", "| Question | Answer | Evidence / note |", "|---|---|---|"]
     for item in doc["decision"]["checklist"] or []:
-        note = item.get("detail", "") + (f" (note: {item['note']})" if item.get("note") else "")
+        note = _md_stored(item.get("detail", "")) + (f" (note: {_md_cell(item['note'])})" if item.get("note") else "")
         answer = f"{item.get('answer') or 'unanswered'} ({item['source']})"
-        out.append(f"| {_md_cell(item['question'])} | {_md_cell(answer)} | {_md_cell(note)} |")
+        out.append(f"| {_md_cell(item['question'])} | {_md_cell(answer)} | {note} |")
     return out
 
 
@@ -161,13 +205,7 @@ def _md_rollback(doc: dict[str, Any]) -> list[str]:
     md, md_block, code = markdown_inline, markdown_block, markdown_code
     out = ["", "## Rollback plan", "", f"- **Owner:** {md(rb['owner'] or 'unassigned')}", "- **Triggers:**"]
     for t in rb["triggers"] or []:
-        out.append(
-            "  - "
-            + md(
-                f"{t.get('metric')} {t.get('op')} {t.get('threshold')} {t.get('unit', '')} "
-                f"for {t.get('window_min')} min"
-            )
-        )
+        out.append("  - " + md(trigger_text(t)))
     cfg = rb["revert_config"] or {}
     out.append(
         f"- **Revert to:** {md(cfg.get('name', '?'))} ({md(cfg.get('engine', '?'))} "
@@ -193,8 +231,8 @@ def _md_signoff(doc: dict[str, Any]) -> list[str]:
     out = ["## Sign-off", ""]
     if s:
         out.append(
-            f"- **{md(s['verdict'].replace('_', ' '))}** by {md(doc['names']['signer'])} "
-            f"({md(s['role'])}) at {md(s['signed_at'])}"
+            f"- **{md(VERDICTS.get(s['verdict'], s['verdict'].replace('_', ' ')))}** by {md(doc['names']['signer'])} "
+            f"({md(s['role'])}) at {md(utc_text(s['signed_at']))}"
         )
         out.append(f"- Comment: {md(s['comment'])}")
         if s["conditions"]:
@@ -235,5 +273,5 @@ def _md_audit(doc: dict[str, Any]) -> list[str]:
     md = markdown_inline
     out = ["", "## Audit trail", ""]
     for e in doc["events"]:
-        out.append(f"- {md(e['at'])} {md(e['action'])} by {md(e['actor'])} ({md(e['role'])})")
+        out.append(f"- {md(utc_text(e['at']))} {md(e['action'])} by {md(e['actor'])} ({md(e['role'])})")
     return out

@@ -8,6 +8,7 @@ from typing import Any
 
 from django import forms
 
+from console import numbers
 from console.decisions import checklist as checklist_mod
 from console.decisions import gate
 from console.decisions.limits import NOTE_MAX_CHARS, TEXT_MAX_CHARS
@@ -16,6 +17,7 @@ from console.experiments.models import Arm, Experiment
 from console.exports import site_path_problem
 from console.jsonutil import strict_loads
 from console.policies.models import SlicePolicy
+from console.policies.words import metric_text as policy_metric_text
 from console.traces.models import TRAFFIC_CLASSES
 
 TRIGGER_OPS = (">", ">=", "<", "<=")
@@ -73,6 +75,13 @@ def _policy_ref_clean(value: str) -> str:
     return value.strip()
 
 
+class PolicyChoiceField(forms.ModelChoiceField):
+    """A slice policy by its number, experiment and metric in words ("policy 3 on experiment 1, TPOT mean")."""
+
+    def label_from_instance(self, obj: SlicePolicy) -> str:
+        return f"policy {obj.pk} on experiment {obj.experiment_id}, {policy_metric_text(obj.metric)}"
+
+
 class DecisionCreateForm(forms.Form):
     experiment = forms.ModelChoiceField(queryset=Experiment.objects.all())
     title = forms.CharField(max_length=200, required=False)
@@ -81,10 +90,10 @@ class DecisionCreateForm(forms.Form):
     candidate_arm = forms.ModelChoiceField(queryset=Arm.objects.filter(is_baseline=False), required=False)
     traffic_class = forms.ChoiceField(choices=[(c, c) for c in TRAFFIC_CLASSES])
     rationale = forms.CharField(widget=forms.Textarea, required=False, max_length=TEXT_MAX_CHARS)
-    slice_policy = forms.ModelChoiceField(
+    slice_policy = PolicyChoiceField(
         queryset=SlicePolicy.objects.all(),
         required=False,
-        help_text="for enable_for_slice: a policy fitted on this experiment's train split (frozen into the evidence)",
+        help_text="to enable for a slice: a policy fitted on this experiment's train split (frozen into the evidence)",
     )
     policy_ref = forms.CharField(
         max_length=500,
@@ -141,7 +150,7 @@ class DecisionEditForm(forms.Form):
             self.fields[
                 "memory_capacity_gib"
             ].help_text = (
-                f"empty: the measured {measured['capacity_bytes'] / 2**30:.2f} GiB from the run hardware"
+                f"empty: the measured {numbers.size(measured['capacity_bytes'])} from the run hardware"
             )
         for item in decision.checklist or []:
             key = item["key"]

@@ -15,9 +15,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape
 
-from console.decisions.export import STATUS_LABEL, decision_document, value_text
+from console.decisions.export import STATUS_LABEL, decision_document
 from console.decisions.models import Decision
-from console.decisions.words import plain_pairs
+from console.decisions.words import (
+    VERDICTS,
+    gate_number_text,
+    plain_pairs,
+    setting_value_text,
+    stored_text,
+    stored_words,
+    trigger_condition,
+    utc_text,
+)
 
 if TYPE_CHECKING:
     from reportlab.lib.styles import ParagraphStyle, StyleSheet1
@@ -106,7 +115,7 @@ def _facts(doc: dict[str, Any]) -> list[Block]:
         ],
         ["Promised class", d["traffic_class"]],
         ["Experiment", f"{experiment['name']} (#{experiment['id']}), target {experiment['target_model']}"],
-        ["Drafted by", f"{doc['names']['created_by']} at {d['created_at']}"],
+        ["Drafted by", f"{doc['names']['created_by']} at {utc_text(d['created_at'])}"],
     ]
     if d["supersedes_id"]:
         facts.append(["Supersedes", f"decision #{d['supersedes_id']}"])
@@ -127,14 +136,13 @@ def _gate(doc: dict[str, Any]) -> list[Block]:
     gate = doc["decision"]["gate"] or {}
     rows: list[list[Any]] = [["Criterion", "Result", "Numbers"]]
     for c in gate.get("criteria") or []:
-        nums = "\n".join(
-            f"{n['label']}: {value_text(n['value'], n.get('unit', ''))}" for n in c["numbers"][:12]
-        )
+        nums = "\n".join(f"{stored_words(n['label'])}: {gate_number_text(n)}" for n in c["numbers"][:12])
         rows.append(
-            [c["title"], f"{STATUS_LABEL.get(c['status'], c['status'])}\n{c['summary']}", nums or "-"]
+            [c["title"], f"{STATUS_LABEL.get(c['status'], c['status'])}\n{stored_text(c['summary'])}", nums or "-"]
         )
     deviations = "; ".join(
-        f"{dv.get('key')} = {dv.get('value')} (default {dv.get('default')})"
+        f"{stored_words(dv.get('key'))} = {setting_value_text(dv.get('value'))} "
+        f"(default {setting_value_text(dv.get('default'))})"
         for dv in gate.get("deviations") or []
     )
     return [
@@ -147,7 +155,7 @@ def _gate(doc: dict[str, Any]) -> list[Block]:
 def _checklist(doc: dict[str, Any]) -> list[Block]:
     rows: list[list[Any]] = [["Question", "Answer", "Evidence / note"]]
     for item in doc["decision"]["checklist"] or []:
-        note = item.get("detail", "") + (f"\nnote: {item['note']}" if item.get("note") else "")
+        note = stored_text(item.get("detail", "")) + (f"\nnote: {item['note']}" if item.get("note") else "")
         rows.append([item["question"], f"{item.get('answer') or 'unanswered'} ({item['source']})", note])
     return [Heading("Checklist"), Grid(rows, (65, 25, 85))]
 
@@ -156,8 +164,7 @@ def _rollback(doc: dict[str, Any]) -> list[Block]:
     rb = doc["decision"]["rollback"]
     rows: list[list[Any]] = [["Trigger metric", "Condition", "Window"]]
     for t in rb["triggers"] or []:
-        condition = f"{t.get('op')} {t.get('threshold')} {t.get('unit', '')}"
-        rows.append([t.get("metric"), condition, f"{t.get('window_min')} min"])
+        rows.append([t.get("metric"), trigger_condition(t), f"{t.get('window_min')} min"])
     cfg = rb["revert_config"] or {}
     revert = (
         f"Revert to: {cfg.get('name', '?')} ({cfg.get('engine', '?')} {cfg.get('target_model', '?')}), "
@@ -180,7 +187,11 @@ def _signoff(doc: dict[str, Any]) -> list[Block]:
         return [Heading("Sign-off"), Line("Not signed.", "BodyText")]
     rows = [
         ["Verdict", "Signer", "Time"],
-        [s["verdict"].replace("_", " "), f"{doc['names']['signer']} ({s['role']})", s["signed_at"]],
+        [
+            VERDICTS.get(s["verdict"], s["verdict"].replace("_", " ")),
+            f"{doc['names']['signer']} ({s['role']})",
+            utc_text(s["signed_at"]),
+        ],
     ]
     out: list[Block] = [
         Heading("Sign-off"),
@@ -225,7 +236,7 @@ def _evidence(doc: dict[str, Any]) -> list[Block]:
 
 def _audit(doc: dict[str, Any]) -> list[Block]:
     rows = [["Time", "Action", "Who"]] + [
-        [e["at"], e["action"], f"{e['actor']} ({e['role']})"] for e in doc["events"]
+        [utc_text(e["at"]), e["action"], f"{e['actor']} ({e['role']})"] for e in doc["events"]
     ]
     return [Heading("Audit trail"), Grid(rows, (60, 40, 75))]
 

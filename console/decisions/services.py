@@ -26,6 +26,7 @@ from console.decisions.limits import decision_text_problems
 from console.decisions.models import AuditEvent, Decision, FrozenDecisionError, SignOff
 from console.decisions.recompute import decision_recompute
 from console.decisions.rollback import DEFAULT_ROLLBACK_STEPS, default_rollback_triggers
+from console.decisions.words import checklist_words
 from console.errors import Conflict
 from console.experiments.models import Arm, Experiment
 from console.jsonutil import json_safe
@@ -226,7 +227,7 @@ def decision_submit_problems(*, decision: Decision) -> list[str]:
         problems.append("name the slice policy")
     unanswered = checklist.checklist_unanswered(decision.checklist or [])
     if unanswered:
-        problems.append("answer the checklist: " + ", ".join(unanswered))
+        problems.append("answer the checklist: " + ", ".join(f"“{checklist_words(key)}”" for key in unanswered))
     missing = checklist.rollback_complete(selectors.decision_rollback(decision=decision))
     if missing:
         problems.append("complete the rollback plan: " + ", ".join(missing))

@@ -148,6 +148,9 @@ def _detail_page(
             config_redact(decision.rollback_revert_config), indent=2, sort_keys=True
         ),
         "checklist": document_redact(decision.checklist),
+        "policy_json": json.dumps(document_redact(decision.policy), indent=2, sort_keys=True, default=str)
+        if decision.policy
+        else "",
         "policy_link": site_path(decision.policy_ref),
         "can_edit": request.user.has_perm(roles.DRAFT_DECISION) and decision.status == Decision.Status.DRAFT,
         "can_sign": can_sign,

@@ -9,6 +9,7 @@ from django import forms
 from console.experiments.models import Experiment
 from console.policies import features as policy_features
 from console.policies import pairs as policy_pairs
+from console.policies import words as policy_words
 from console.policies.selectors import experiment_fit_choices
 
 ALL_LOADS = "__all__"
@@ -24,7 +25,7 @@ class PolicyFitForm(forms.Form):
     load = forms.ChoiceField(choices=[], help_text="fit at one load level, or pool every level")
     metric = forms.ChoiceField(choices=[(k, v[2]) for k, v in policy_pairs.METRICS.items()], initial="tpot_s")
     features = forms.MultipleChoiceField(
-        choices=[(k, f"{k}: {v}") for k, v in policy_features.ALLOWED_FEATURES.items()],
+        choices=[(k, policy_words.feature_choice_text(k)) for k in policy_features.ALLOWED_FEATURES],
         initial=list(policy_features.DEFAULT_FEATURES),
         widget=forms.CheckboxSelectMultiple,
         help_text="only features known before the request runs are offered",

@@ -16,6 +16,7 @@ from console.experiments.models import Experiment
 from console.policies import deploy
 from console.policies import features as policy_features
 from console.policies import pairs as policy_pairs
+from console.policies import words as policy_words
 from console.policies.models import SlicePolicy
 from console.results.selectors import results_frames
 from console.traces.models import TraceRequest
@@ -140,10 +141,6 @@ def policy_export(*, policy: SlicePolicy) -> dict[str, Any]:
     }
 
 
-def _when_text(when: dict) -> str:
-    return ", ".join(f"{k} = {v}" for k, v in when.items()) or "all traffic"
-
-
 def policy_page(*, policy: SlicePolicy) -> dict[str, Any]:
     """Rows for the detail page: one per rule with its train and holdout numbers (seconds) and
     whether it is flagged as overfit; and the slices the fit's first round considered (enabled
@@ -157,7 +154,7 @@ def policy_page(*, policy: SlicePolicy) -> dict[str, Any]:
         rows.append(
             {
                 "index": i + 1,
-                "when": _when_text(rule.get("when") or {}),
+                "when": policy_words.when_text(rule.get("when") or {}),
                 "arm": rule.get("arm"),
                 "speculative_config": rule.get("speculative_config"),
                 "speculative_config_json": json.dumps(rule.get("speculative_config"), sort_keys=True),
@@ -169,7 +166,7 @@ def policy_page(*, policy: SlicePolicy) -> dict[str, Any]:
         )
     considered = []
     for row in (policy.fit_details or {}).get("candidates", []):
-        considered.append({**row, "when_text": _when_text(row.get("when") or {})})
+        considered.append({**row, "when_text": policy_words.when_text(row.get("when") or {})})
     considered.sort(key=lambda r: (r.get("why_not") is not None, -(r.get("benefit") or 0.0)))
     return {"rules": rows, "considered": considered[:300], "n_considered": len(considered)}
 

@@ -8,6 +8,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_safe
 
+from console import numbers
 from console.accounts.access import capability_required
 from console.accounts.roles import RUN_EXPERIMENT
 from console.analysis.plots import fig_html
@@ -17,6 +18,7 @@ from console.listing import listing
 from console.policies import deploy, plots
 from console.policies import features as policy_features
 from console.policies import pairs as policy_pairs
+from console.policies import words as policy_words
 from console.policies.forms import PolicyFitForm
 from console.policies.models import SlicePolicy
 from console.policies.selectors import (
@@ -86,10 +88,6 @@ def policy_new(request):
     return render(request, "policies/new.html", {"experiment": experiment, "form": form})
 
 
-def _pct(value) -> str:
-    return "—" if value is None else f"{value:.0%}"
-
-
 @require_safe
 def policy_detail(request, pk: int):
     policy = get_object_or_404(SlicePolicy.objects.select_related("experiment", "created_by"), pk=pk)
@@ -121,7 +119,7 @@ def policy_detail(request, pk: int):
         by_load.append(
             {
                 "load": level,
-                "share_on": _pct(scores.get("share_on")),
+                "share_on": numbers.rate(scores.get("share_on")),
                 "policy": scores.get("policy"),
                 "all_on": [(arm, (scores.get("all_on") or {}).get(arm)) for arm in policy.arms],
                 "regressions": scores.get("regressions"),
@@ -144,8 +142,11 @@ def policy_detail(request, pk: int):
             "summary_rows": summary_rows,
             "train": train,
             "holdout": holdout,
-            "share_on": {"train": _pct(train.get("share_on")), "holdout": _pct(holdout.get("share_on"))},
-            "metric_label": policy_pairs.METRICS.get(policy.metric, (None, None, policy.metric))[2],
+            "share_on": {"train": numbers.rate(train.get("share_on")), "holdout": numbers.rate(holdout.get("share_on"))},
+            "overfitting_reasons": [policy_words.reason_text(r) for r in (policy.overfitting or {}).get("reasons", [])],
+            "metric_label": policy_pairs.METRICS[policy.metric][2]
+            if policy.metric in policy_pairs.METRICS
+            else policy_words.metric_text(policy.metric),
             "document_json": json.dumps(policy.rules, indent=2, sort_keys=True),
             "export_json": json.dumps(policy_export(policy=policy), indent=2, sort_keys=True),
             "figure": figure,

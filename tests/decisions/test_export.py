@@ -18,7 +18,7 @@ def test_it_exports_markdown_with_gate_checklist_rollback_signoff_and_hashes(sig
         "Workload-weighted improvement",
         "## Checklist",
         "## Rollback plan",
-        "p95 TPOT (interactive) > 0.05 s for 10 min",
+        "p95 TPOT (interactive) > 50.0 ms for 10 min",
         "**approved** by alex-approver (approver)",
         record.bundle_sha256,
         signed.experiment.trace.sha256,

@@ -186,9 +186,9 @@ def test_a_number_row_gives_each_item_its_unit_and_never_mixes_a_p_value_into_se
     from tests.decisions.factories import summary_make, summary_passing
 
     assert value_text([0.0857, 0.08431, -0.001398, None, 0.003064], "s") == (
-        "85.7 ms / 84.31 ms / -1.398 ms / — / 3.064 ms"
+        "85.7 ms / 84.3 ms / -1.40 ms / — / 3.06 ms"
     )
-    assert value_text([1.5, 2.0], "s") == "1.5 s / 2 s" and value_text(None, "s") == "n/a"
+    assert value_text([1.5, 2.0], "s") == "1.50 s / 2.00 s" and value_text(None, "s") == "—"
     facts = gate.gate_facts_from_summary(summary_make(summary_passing()), candidate_arm="ngram", traffic_class="interactive")
     latency = next(c for c in gate.gate_evaluate(facts, None, traffic_class="interactive")["criteria"] if c["key"] == "latency_benefit")
     rows = {n["label"]: n for n in latency["numbers"]}

@@ -56,7 +56,7 @@ def test_it_refuses_to_submit_an_incomplete_draft(draft, engineer):
     with pytest.raises(services.DecisionError) as err:
         services.decision_submit(decision=draft, actor=engineer)
     assert (
-        "rationale" in str(err.value) and "production_traces" in str(err.value) and "owner" in str(err.value)
+        "rationale" in str(err.value) and "production traces" in str(err.value) and "owner" in str(err.value)
     )
     draft.refresh_from_db()
     assert draft.status == "draft"

@@ -265,7 +265,7 @@ def test_it_lists_gate_setting_deviations_on_the_page_and_in_exports(experiment,
 
     decision = draft_make(experiment=experiment, author=engineer)
     page = viewer_client.get(f"/decisions/{decision.pk}/").content.decode()
-    assert "None: every criterion uses its default settings." in page
+    assert "No deviation: every criterion uses its default settings." in page
     services.decision_update(
         decision=decision,
         actor=engineer,

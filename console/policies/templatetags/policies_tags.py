@@ -1,32 +1,22 @@
-"""Formatting of policy numbers (benefits are seconds saved per request vs the baseline)."""
+"""The policy pages' filters: a benefit (seconds saved per request vs the baseline) with its
+interval in signed milliseconds, its badge, and a policy's metric, features and slices in words
+(console.policies.words). Plain numbers use the built-in filters of console.number_filters."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import template
+
+from console.policies import words
 
 register = template.Library()
 
 
 @register.filter
-def ms(value) -> str:
-    """Seconds as signed milliseconds."""
-    if value is None or value == "":
-        return "—"
-    return f"{float(value) * 1000:+.2f} ms"
-
-
-@register.filter
-def summary(value) -> str:
-    """``{"benefit", "lo", "hi", "n"}`` as "+1.23 ms [+0.50, +2.00] (n=40)"."""
-    if not value:
-        return "—"
-    b, lo, hi, n = value.get("benefit"), value.get("lo"), value.get("hi"), value.get("n")
-    if b is None:
-        return f"— (n={n})"
-    text = ms(b)
-    if lo is not None and hi is not None:
-        text += f" [{lo * 1000:+.2f}, {hi * 1000:+.2f}]"
-    return text + f" (n={n})"
+def summary(value: dict[str, Any] | None) -> str:
+    """``{"benefit", "lo", "hi", "n"}`` as "+1.23 ms [+0.500, +2.00] (n=40)"."""
+    return words.benefit_text(value)
 
 
 @register.filter
@@ -42,8 +32,12 @@ def verdict(value) -> str:
 
 
 @register.filter
-def pct(value) -> str:
-    """A fraction as a percentage."""
-    if value is None or value == "":
-        return "—"
-    return f"{float(value):.0%}"
+def policy_metric(metric: Any) -> str:
+    """A policy's metric key in words ("TPOT mean")."""
+    return words.metric_text(metric)
+
+
+@register.filter
+def feature_list(features: Any) -> str:
+    """Feature keys in words, comma-separated."""
+    return words.features_text(features or [])
