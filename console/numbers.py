@@ -9,13 +9,14 @@ Rules, the same for every kind:
   change to >= -100 %), so an interval computed on the linear scale never shows the impossible.
 
 ``show(value, unit)`` dispatches on the unit names the summaries store ("s", "ms", "fraction",
-"%", "x", "pp", "$", "bytes", "count", "req/s", ...); the template filters in
+"%", "x", "pp", "$", "bytes", "count", "p", "req/s", ...); the template filters in
 ``console.number_filters`` are these functions under short names.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 DASH = "—"
@@ -139,12 +140,38 @@ def size(n_bytes: Any) -> str:
     return f"{x:.0f} B"
 
 
+def p_value(p: Any) -> str:
+    """A probability (a test's p-value) to three significant digits without trailing zeros
+    ("0.0792", "1"); below 0.0001 as "< 0.0001", clamped to [0, 1]."""
+    if _missing(p):
+        return DASH
+    x = min(1.0, max(0.0, float(p)))
+    if x < 1e-4:
+        return "< 0.0001"
+    text = _sig(x)
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def plus_minus(width: Any, unit: str = "") -> str:
+    """A symmetric half-width (a noise floor) in ``unit``: "±4.50 ms", "±1.5 pp" (``unit`` "pp"
+    takes a difference of fractions), "±13.2%" (``unit`` "%" takes a fraction, never clamped:
+    a floor can exceed the value it floats on)."""
+    if _missing(width):
+        return DASH
+    w = abs(float(width))
+    if unit == "pp":
+        return f"±{_sig(w * 100)} pp"
+    if unit in ("%", "fraction"):
+        return f"±{_sig(w * 100)}%"
+    return f"±{show(w, unit)}"
+
+
 def interval(lo: Any, hi: Any, unit: str = "") -> str:
     """Two bounds in one unit ("[0.44x, 0.64x]"); an open bound is a dash."""
     return f"[{show(lo, unit)}, {show(hi, unit)}]"
 
 
-_BY_UNIT = {
+_BY_UNIT: dict[str, Callable[[Any], str]] = {
     "s": duration,
     "ms": milliseconds,
     "fraction": rate,
@@ -158,6 +185,7 @@ _BY_UNIT = {
     "usd": money,
     "bytes": size,
     "count": count,
+    "p": p_value,
 }
 
 

@@ -36,6 +36,11 @@ from console.words import key_words, metric_words, plain_value
         (float("inf"), "x", "—"),
         (True, "", "—"),
         ([0.0857, None, 1.5], "s", "85.7 ms / — / 1.50 s"),
+        (1.0, "p", "1"),
+        (0.079213, "p", "0.0792"),
+        (0.004, "p", "0.004"),
+        (3e-9, "p", "< 0.0001"),
+        (None, "p", "—"),
     ],
 )
 def test_a_value_shows_in_its_unit(value, unit, shown):
@@ -53,3 +58,12 @@ def test_keys_read_as_words_and_values_never_as_reprs():
     assert key_words("some_new_key") == "some new key"
     assert plain_value({"check_server": False, "server": "x"}) == "check server no, server x"
     assert plain_value([0.123456, None]) == "0.123, —"
+
+
+def test_a_noise_floor_reads_plus_or_minus_in_its_unit_and_a_relative_one_is_never_clamped():
+    assert numbers.plus_minus(0.00449, "s") == "±4.49 ms"
+    assert numbers.plus_minus(0.0399, "req/s") == "±0.0399 req/s"
+    assert numbers.plus_minus(0.015, "pp") == "±1.50 pp"
+    assert numbers.plus_minus(1.5, "%") == "±150%"  # a floor can exceed the value it floats on
+    assert numbers.plus_minus(-0.2) == "±0.200"
+    assert numbers.plus_minus(None, "s") == "—"

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from console import numbers, words
 from console.analysis import plots, slice_view
 from console.analysis.comparison.schema import Capacity, DeltaRow, HeadlineRow, Sessions, SliceRow, Summary
 from console.analysis.verdict_words import PrimaryView, verdict_lines
@@ -55,20 +56,8 @@ HEADLINE_COLUMNS = [
 
 
 def _fmt(value, unit: str) -> str:
-    if value is None:
-        return "—"
-    if unit == "ms":
-        return f"{value * 1000:.1f} ms"
-    if unit == "%":
-        return f"{value:.0%}"
-    if unit == "$":
-        return f"${value:.5f}" if value < 0.01 else f"${value:.3f}"
-    if unit == "s":
-        return f"{value:.3f} s"
-    suffix = f" {unit}" if unit else ""  # every number with its unit (req/s, ...)
-    if isinstance(value, float):
-        return f"{value:.3g}{suffix}"
-    return f"{value}{suffix}"
+    """A cell's value in its column's unit, through the one formatting layer (console.numbers)."""
+    return numbers.show(value, unit)
 
 
 @dataclass(frozen=True)
@@ -91,7 +80,7 @@ def _delta_cell(delta: DeltaRow | None) -> DeltaCell:
     ratio = None
     if delta.ratio is not None:
         lo, hi = delta.ratio_lo, delta.ratio_hi
-        ratio = f"×{delta.ratio:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "")
+        ratio = numbers.ratio(delta.ratio) + (f" {numbers.interval(lo, hi, 'x')}" if lo is not None and hi is not None else "")
     floor = "no noise floor" if delta.noise_floor is None else f"floor {floor_text(delta.metric, delta.noise_floor)}"
     return DeltaCell(verdict=delta.verdict.replace(" ", "-"), delta=ratio, floor=floor)
 
@@ -107,14 +96,14 @@ def floor_text(metric: str, floor: float) -> str:
     1 s), requests per second (``_rps``), dollars (``_usd``), percentage points (a share of
     requests, ``SHARE_METRICS``), else a bare number."""
     if metric.endswith("_s"):
-        return f"±{floor * 1000:.1f} ms" if floor < 1 else f"±{floor:.2f} s"
+        return numbers.plus_minus(floor, "s")
     if metric.endswith("_rps"):
-        return f"±{floor:.3g} req/s"
+        return numbers.plus_minus(floor, "req/s")
     if metric.endswith("_usd"):
-        return f"±${floor:.3g}"
+        return numbers.plus_minus(floor, "$")
     if metric in SHARE_METRICS:
-        return f"±{floor * 100:.1f} pp"
-    return f"±{floor:.3g}"
+        return numbers.plus_minus(floor, "pp")
+    return numbers.plus_minus(floor)
 
 
 @dataclass(frozen=True)
@@ -167,18 +156,29 @@ def _not_measured_legend(table: list[HeadlineView]) -> list[str]:
     return legend
 
 
+def _primary_units(metric: str) -> tuple[str, str]:
+    """The units of a primary endpoint's values and of its difference: a latency in milliseconds,
+    a share of requests as a rate with its difference in percentage points, else bare numbers."""
+    if metric.endswith("_s"):
+        return "ms", "ms"
+    if metric in SHARE_METRICS:
+        return "fraction", "pp"
+    return "", ""
+
+
 def _primary_rows(summary: Summary) -> list[PrimaryView]:
     rows = []
     for r in summary.primary:
-        unit = "ms" if r.metric.endswith("_s") else ""
+        unit, delta_unit = _primary_units(r.metric)
         cell = _delta_cell(r)
-        interval = f"[{_fmt(r.delta_lo, unit)}, {_fmt(r.delta_hi, unit)}]" if r.measured else ""
+        interval = numbers.interval(r.delta_lo, r.delta_hi, delta_unit) if r.measured else ""
         rows.append(
             PrimaryView(
                 arm=r.arm,
                 load=r.load,
                 metric=r.metric,
                 stat=r.stat,
+                name=words.metric_words(r.metric, r.stat),
                 measured=r.measured,
                 reason=r.reason,
                 p_holm=r.p_holm,
@@ -186,7 +186,7 @@ def _primary_rows(summary: Summary) -> list[PrimaryView]:
                 floor=cell.floor,
                 base_text=_fmt(r.base, unit),
                 cand_text=_fmt(r.cand, unit),
-                delta_text=_fmt(r.delta, unit),
+                delta_text=_fmt(r.delta, delta_unit),
                 interval_text=interval,
             )
         )
@@ -198,6 +198,7 @@ class NoiseFloorView:
     load: str
     metric: str
     stat: str
+    name: str  # the metric and statistic in words ("TPOT p95")
     n_repeats: int
     noise_floor: float | None
     floor_text: str | None
@@ -211,10 +212,11 @@ def _noise_floor_rows(summary: Summary) -> list[NoiseFloorView]:
             load=n.load,
             metric=n.metric,
             stat=n.stat,
+            name=words.metric_words(n.metric, n.stat),
             n_repeats=n.n_repeats,
             noise_floor=n.noise_floor,
             floor_text=None if n.noise_floor is None else floor_text(n.metric, n.noise_floor),
-            rel_text=None if n.noise_floor_rel is None else f"±{n.noise_floor_rel:.1%}",
+            rel_text=None if n.noise_floor_rel is None else numbers.plus_minus(n.noise_floor_rel, "%"),
         )
         for n in summary.noise_floor
         if n.dimension is None
@@ -262,7 +264,7 @@ def _slice_context(summary: Summary, raw: str | None) -> dict:
     table = _headline_table(rows)
     label = None
     if chosen is not None:
-        label = f"{slice_view.DIMENSION_LABELS.get(chosen[0], chosen[0])} = {chosen[1]}"
+        label = f"{words.key_words(chosen[0])} = {chosen[1]}"
         for _div_id, fig in titled:
             fig.update_layout(title=f"{fig.layout.title.text} ({label})")
     return {
@@ -317,7 +319,9 @@ def comparison_context(summary: Summary, raw_slice: str | None) -> dict:
     return _slice_context(summary, raw_slice) | {
         "headline_columns": HEADLINE_COLUMNS,
         "figures": _figures(summary),
-        "regressions": quality.regressions[:200],
+        "regressions": [
+            r.model_copy(update={"checks": _checks_words(r.checks)}) for r in quality.regressions[:200]
+        ],
         "quality": quality,
         "first_divergences": quality.first_divergences,
         "class_goodput": slice_view.class_goodput_rows(summary),
@@ -325,6 +329,10 @@ def comparison_context(summary: Summary, raw_slice: str | None) -> dict:
         "noise_floor": _noise_floor_rows(summary),
         "stability": summary.baseline_stability,
         "endpoints": summary.endpoints,
+        "endpoint_words": {
+            "primary": words.metric_words(summary.endpoints.primary_metric, summary.endpoints.primary_stat),
+            "success": words.key_words(summary.endpoints.success_metric),
+        },
         "primary": primary,
         "verdicts": verdict_lines(
             primary,
@@ -332,15 +340,46 @@ def comparison_context(summary: Summary, raw_slice: str | None) -> dict:
             stat=summary.endpoints.primary_stat,
             promised=summary.endpoints.promised_class,
         ),
-        "quality_counts": quality.counts,
+        "quality_counts": [c.model_copy(update={"check": words.key_words(c.check)}) for c in quality.counts],
         "correctness": summary.correctness,
         "correct_total": _correct_total(summary),
         "capacity": summary.capacity,
         "capacity_figures": _capacity_figures(summary.capacity),
         "sessions": _sessions_context(summary),
-        "knees": [k for k in summary.knees if k.knee_k is not None],
+        "knees": _knee_rows(summary),
         "notes": summary.notes,
     }
+
+
+def _checks_words(checks: str) -> str:
+    """Comma-separated check keys ("json_valid,exact_match") as their labels."""
+    return words.listed(words.key_words(c.strip()) for c in checks.split(",") if c.strip())
+
+
+@dataclass(frozen=True)
+class KneeView:
+    sweep: str
+    load: str
+    slice: str  # "all requests", else the dimension in words and its value
+    knee_k: int
+    reached: bool
+    margin_s: float
+
+
+def _knee_rows(summary: Summary) -> list[KneeView]:
+    """The sweeps' knees that were found, each slice named in words."""
+    return [
+        KneeView(
+            sweep=k.sweep,
+            load=k.load,
+            slice=f"{words.key_words(k.dimension)} = {k.value}" if k.dimension else "all requests",
+            knee_k=k.knee_k,
+            reached=k.reached,
+            margin_s=k.margin_s,
+        )
+        for k in summary.knees
+        if k.knee_k is not None
+    ]
 
 
 def _correct_total(summary: Summary) -> dict[str, int] | None:

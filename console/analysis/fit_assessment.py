@@ -12,9 +12,10 @@ pools small lists). Pure functions over plain data; no Django.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from console import numbers, words
 from console.analysis.fit_conditions import (
     generation_share,
     heaviest_load,
@@ -61,28 +62,88 @@ def fit_assess(
     }
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    if isinstance(value, Mapping):
-        return ", ".join(f"{k} {_fmt(v)}" for k, v in value.items()) or "—"
-    return str(value)
+def _tokens(value: Any) -> str:
+    return numbers.number(value, "tokens")
 
 
-def numbers_lines(name: str, numbers: Mapping[str, Any]) -> list[str]:
-    """A condition's numbers as short lines for the page (the API returns them as they are)."""
+def _percent(value: Any) -> str:
+    """A percentage stored as 0-100 (NVML utilisation)."""
+    return numbers.rate(None if value is None else float(value) / 100)
+
+
+def _requests(value: Any) -> str:
+    return numbers.number(value, "requests")
+
+
+def _by_check(value: Any) -> str:
+    """``{"json_schema": {"gradable": 10, "passed": 9}}`` as "JSON schema 9 of 10 passed"."""
+    if not value:
+        return numbers.DASH
+    return words.listed(
+        f"{CHECK_WORDS.get(k, words.key_words(k))} {numbers.count(v.get('passed'))} of {numbers.count(v.get('gradable'))} passed"
+        for k, v in value.items()
+    )
+
+
+def _classes(value: Any) -> str:
+    """Requests per traffic class (the classes are the trace's own names)."""
+    if not value:
+        return numbers.DASH
+    return words.listed(f"{k} {numbers.count(v)}" for k, v in value.items())
+
+
+# The fit checks of the baseline's outputs (console.analysis.fit_stats).
+CHECK_WORDS = {"json_schema": "JSON schema", "tool_call": "tool call", "reference_answer": "reference answer"}
+
+# A condition's numbers (fit_conditions) on the page: each key's label, and how its value shows.
+FIT_NUMBERS: dict[str, tuple[str, Callable[[Any], str]]] = {
+    "gradable": ("gradable outputs", numbers.count),
+    "passed": ("passed", numbers.count),
+    "pass_rate": ("pass rate", numbers.rate),
+    "bar": ("bar", numbers.rate),
+    "by_check": ("by check", _by_check),
+    "source": ("source", str),
+    "n": ("requests", numbers.count),
+    "min_tokens": ("long output", lambda v: f"at least {_tokens(v)}"),
+    "share_at_least_min": ("share of long outputs", numbers.rate),
+    "median_tokens": ("median length", _tokens),
+    "p90_tokens": ("p90 length", _tokens),
+    "busy_util_pct": ("compute-saturated at", lambda v: f"{_percent(v)} GPU utilisation or more"),
+    "kv_full": ("KV cache full at", lambda v: f"{numbers.rate(v)} usage or more"),
+    "judged_at": ("judged at load", lambda v: numbers.DASH if v is None else str(v)),
+    "classes": ("requests by class", _classes),
+    "interactive_share": ("interactive share", numbers.rate),
+    "max_inflight": ("medium-to-low concurrency", lambda v: f"at most {numbers.count(v, 'requests')} in flight"),
+    "load": ("load", str),
+    "gpu_util_pct": ("GPU utilisation", _percent),
+    "gpu_memory_used": ("GPU memory used", numbers.rate),
+    "kv_cache_usage": ("KV cache usage", numbers.rate),
+    "preemptions": ("preemptions", numbers.number),
+    "offered_rps": ("offered", lambda v: numbers.number(v, "req/s")),
+    "concurrency_cap": ("concurrency cap", _requests),
+    "measured_offered_rps": ("measured offered", lambda v: numbers.number(v, "req/s")),
+    "inflight_mean": ("mean in flight", _requests),
+    "inflight_max": ("most in flight", _requests),
+}
+
+
+def _shown(key: str, value: Any) -> tuple[str, str]:
+    """A number's label and value in words (an unknown key: its key in words, its value plain)."""
+    label, show = FIT_NUMBERS.get(key, (words.key_words(key), words.plain_value))
+    return label, numbers.DASH if value is None else show(value)
+
+
+def numbers_lines(name: str, numbers_: Mapping[str, Any]) -> list[str]:
+    """A condition's numbers as short lines for the page, in words with their units (the API
+    returns them as they are)."""
     if name == "proposer":
         lines = []
-        for p in numbers.get("proposers") or []:
+        for p in numbers_.get("proposers") or []:
             extra = ", configured" if p.get("configured") else ""
             note = f"; {p['note']}" if p.get("note") else ""
             lines.append(f"{p['proposer']}: {p['kind']} ({p['source']}{extra}{note})")
         return lines
-    lines = [f"{k}: {_fmt(v)}" for k, v in numbers.items() if k != "loads"]
-    for row in numbers.get("loads") or []:
-        lines.append(" · ".join(f"{k} {_fmt(v)}" for k, v in row.items()))
+    lines = ["{}: {}".format(*_shown(k, v)) for k, v in numbers_.items() if k != "loads"]
+    for row in numbers_.get("loads") or []:
+        lines.append(" · ".join("{} {}".format(*_shown(k, v)) for k, v in row.items()))
     return lines

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from console import numbers as fmt
+
 LIKELY, UNLIKELY, UNKNOWN = "likely", "unlikely", "unknown"
 
 # Thresholds (documented in docs/fit.md).
@@ -48,7 +50,8 @@ def _mean(values: Iterable[float | None]) -> float | None:
 
 
 def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
+    """A share (fraction) as a percentage, through the formatting layer."""
+    return fmt.rate(x)
 
 
 def quality_condition(runs: list[dict]) -> dict[str, Any]:
@@ -79,7 +82,7 @@ def quality_condition(runs: list[dict]) -> dict[str, Any]:
             "quality_bar",
             UNKNOWN,
             numbers,
-            "nothing is gradable: no request has a response_format, tools or a metadata.reference_answer",
+            "nothing is gradable: no request has a JSON response format, tools or a reference answer in its metadata",
         )
     rate = passed / gradable
     verdict = LIKELY if rate >= QUALITY_BAR else UNLIKELY
@@ -184,12 +187,12 @@ def serving_condition(engine: str, runs: list[dict], heaviest: str | None) -> di
     if util >= BUSY_UTIL_PCT:
         verdict, reason = (
             UNLIKELY,
-            f"mean GPU utilisation {util:.0f}% at {row['load']} (>= {BUSY_UTIL_PCT:.0f}%): compute-saturated, a proposer adds work",
+            f"mean GPU utilisation {_pct(util / 100)} at {row['load']} (>= {_pct(BUSY_UTIL_PCT / 100)}): compute-saturated, a proposer adds work",
         )
     else:
         verdict, reason = (
             LIKELY,
-            f"mean GPU utilisation {util:.0f}% at {row['load']} (< {BUSY_UTIL_PCT:.0f}%): headroom for verification",
+            f"mean GPU utilisation {_pct(util / 100)} at {row['load']} (< {_pct(BUSY_UTIL_PCT / 100)}): headroom for verification",
         )
     if kv_full:
         reason += "; the KV cache is full (usage or preemptions): a draft's memory competes with it"
@@ -250,13 +253,13 @@ def traffic_condition(
             "interactive_traffic",
             UNLIKELY,
             numbers,
-            f"{row['inflight_mean']:.1f} requests in flight on average at {row['load']} (> {MAX_INFLIGHT:.0f}): high concurrency",
+            f"{fmt.number(row['inflight_mean'])} requests in flight on average at {row['load']} (> {MAX_INFLIGHT:.0f}): high concurrency",
         )
     return _condition(
         "interactive_traffic",
         LIKELY,
         numbers,
-        f"{_pct(interactive)} interactive, {row['inflight_mean']:.1f} requests in flight on average at {row['load']} (<= {MAX_INFLIGHT:.0f})",
+        f"{_pct(interactive)} interactive, {fmt.number(row['inflight_mean'])} requests in flight on average at {row['load']} (<= {MAX_INFLIGHT:.0f})",
     )
 
 
@@ -345,7 +348,7 @@ def proposer_condition(
             "proposer",
             UNKNOWN,
             numbers,
-            f"the model catalog does not know the tokenizer of {target!r}, so no same-tokenizer draft can be named; "
+            f"the model catalog does not know the tokenizer of {target}, so no same-tokenizer draft can be named; "
             "n-gram remains available",
         )
     return _condition(

@@ -7,6 +7,7 @@ import hashlib
 import json
 from collections.abc import Callable
 
+from django.core.cache import cache
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -210,7 +211,21 @@ def model_catalog_families() -> dict[str, dict]:
 def experiment_fit_inputs_trace(*, experiment: Experiment) -> dict:
     """The trace side of the fit assessment, in one light query over the experiment's split:
     traffic classes, the trace's mean arrival rate (requests/s), and per request its output
-    limit (tokens, capped by the experiment's) and recorded output length (or None)."""
+    limit (tokens, capped by the experiment's) and recorded output length (or None).
+
+    Cached by what it reads: a trace's requests never change after import (its sha256 names
+    them), so the key is the trace, its hash, the split and the output limit. A 10,000-request
+    trace took 100 ms to walk on every view of the experiment page."""
+    trace = experiment.trace
+    key = f"fit-inputs-trace:{trace.pk}:{trace.sha256}:{experiment.split}:{experiment.output_limit}"
+    cached = cache.get(key)
+    if cached is None:
+        cached = _fit_inputs_trace(experiment)
+        cache.set(key, cached, timeout=24 * 3600)
+    return cached
+
+
+def _fit_inputs_trace(experiment: Experiment) -> dict:
     qs = experiment.trace.requests.all()
     if experiment.split != "all":
         qs = qs.filter(split=experiment.split)

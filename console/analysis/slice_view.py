@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
+from console import words
 from console.analysis.comparison.schema import (
     Comparison,
     DeltaRow,
@@ -21,12 +22,9 @@ from console.analysis.comparison.schema import (
 )
 
 ALL = "all"
+# The slice dimensions in the selector's order, each by its label (console.words).
 DIMENSION_LABELS: dict[str, str] = {
-    "task": "task",
-    "traffic_class": "traffic class",
-    "output_bucket": "output length (tokens, baseline's)",
-    "prompt_bucket": "prompt length (tokens)",
-    "turn_bucket": "session turn (0-based)",
+    d: words.DIMENSION_LABELS[d] for d in ("task", "traffic_class", "output_bucket", "prompt_bucket", "turn_bucket")
 }
 
 
@@ -113,7 +111,7 @@ def slice_options(summary: Comparison | Mapping[str, Any]) -> list[SliceGroup]:
             counts[r.value] = max([*(d.n_requests for d in r.deltas), *([best] if best is not None else [])], default=None)
         options: list[SliceOption] = [{"key": slice_key(dim, v), "value": v, "n_requests": n} for v, n in counts.items()]
         if options:
-            groups.append({"dimension": dim, "label": DIMENSION_LABELS.get(dim, dim), "options": options})
+            groups.append({"dimension": dim, "label": words.key_words(dim), "options": options})
     return groups
 
 

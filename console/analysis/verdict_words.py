@@ -9,6 +9,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from console import numbers, words
+
 
 @dataclass(frozen=True)
 class PrimaryView:
@@ -19,6 +21,7 @@ class PrimaryView:
     load: str
     metric: str
     stat: str
+    name: str  # the metric and statistic in words ("TPOT p95")
     measured: bool
     reason: str | None
     p_holm: float | None
@@ -44,14 +47,14 @@ def verdict_lines(primary: Sequence[PrimaryView], *, metric: str, stat: str, pro
         if row.metric == metric and row.stat == stat:
             by_arm[row.arm].append(row)
     out = []
-    name = f"{promised} {metric} {stat}"
+    name = f"{promised} {words.metric_words(metric, stat)}"
     for arm, rows in by_arm.items():
         parts, kinds = [], set()
         for r in rows:
             kind = r.verdict if r.measured and r.verdict else "not-measured"
             kinds.add(kind)
             if kind in ("better", "worse"):
-                p = f", Holm p {r.p_holm:.2g}" if r.p_holm is not None else ""
+                p = f", Holm p {numbers.p_value(r.p_holm)}" if r.p_holm is not None else ""
                 parts.append(f"{kind} at {r.load} ({r.delta_text} {r.interval_text}{p})")
             elif kind == "not-distinguishable":
                 parts.append(f"not distinguishable from the baseline at {r.load}")

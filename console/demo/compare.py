@@ -3,17 +3,12 @@ fit assessment."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from console import numbers
 from console.analysis.comparison.schema import Summary, summary_load
 from console.analysis.selectors import experiment_fit_assessment
 from console.analysis.services import comparison_refresh
 from console.demo.output import Say
 from console.experiments.models import Experiment
-
-
-def _fmt(value: Any, pattern: str) -> str:
-    return pattern.format(value) if value is not None else "—"
 
 
 def demo_summary_print(*, say: Say, experiment: Experiment) -> Summary | None:
@@ -29,17 +24,17 @@ def demo_summary_print(*, say: Say, experiment: Experiment) -> Summary | None:
     for row in summary.headline:
         say(
             f"{row.arm[:23]:<24}{row.load:>6}"
-            f"{_fmt(row.tpot_s_p50 and row.tpot_s_p50 * 1000, '{:.0f} ms'):>11}"
-            f"{_fmt(row.e2e_s_p95, '{:.2f} s'):>10}"
-            f"{_fmt(row.acceptance_rate, '{:.0%}'):>8}"
-            f"{_fmt(row.accepted_per_pass, '{:.2f}'):>9}"
-            f"{_fmt(row.exact_match_rate, '{:.0%}'):>7}"
+            f"{numbers.milliseconds(row.tpot_s_p50):>11}"
+            f"{numbers.duration(row.e2e_s_p95):>10}"
+            f"{numbers.rate(row.acceptance_rate):>8}"
+            f"{numbers.number(row.accepted_per_pass):>9}"
+            f"{numbers.rate(row.exact_match_rate):>7}"
         )
     floors = [f for f in summary.noise_floor if f.dimension is None and f.metric == "tpot_s" and f.stat == "p50"]
     for f in floors:
         say(
             f"noise floor (A/A, baseline repeat against repeat) at {f.load}: TPOT p50 "
-            f"{_fmt(f.noise_floor_rel, '{:.1%}')} over {f.n_repeats} repeats"
+            f"{numbers.plus_minus(f.noise_floor_rel, '%')} over {f.n_repeats} repeats"
         )
     if not floors:
         say("noise floor: not measured (one repeat)")

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 
 from django import forms
+from django.utils.html import format_html
 
 from console.jsonutil import strict_loads
 from console.traces.models import TRAFFIC_CLASSES, Trace
@@ -62,20 +63,33 @@ class ExperimentForm(forms.Form):
     )
     candidates = JSONField(
         initial=EXAMPLE_CANDIDATES,
-        help_text="speculative candidates (vLLM keys); a list for num_speculative_tokens makes a sweep",
+        # format_html escapes its arguments: the keys and examples are constants, shown as code to type
+        help_text=format_html(
+            "speculative candidates (vLLM keys); a list for <code>{}</code> makes a sweep", "num_speculative_tokens"
+        ),
     )
     load_levels = forms.CharField(
         initial="1x,2x",
-        help_text="rate multipliers, optional caps: 0.5x,1x,2x/c4,c8; optional workload weights on every level "
-        "(gate criterion 1): 1x=3,4x=1",
+        help_text=format_html(
+            "rate multipliers, optional caps: <code>{}</code>; optional workload weights on every level "
+            "(gate criterion 1): <code>{}</code>",
+            "0.5x,1x,2x/c4,c8",
+            "1x=3,4x=1",
+        ),
     )
-    output_limit = forms.IntegerField(required=False, min_value=1, help_text="cap on max_tokens (tokens)")
+    output_limit = forms.IntegerField(
+        required=False, min_value=1, help_text=format_html("cap on <code>{}</code> (tokens)", "max_tokens")
+    )
     output_buckets = forms.CharField(
         required=False,
         max_length=500,
         label="Output-length buckets",
-        help_text="optional matrix axis, edge:limit per bucket by recorded output length (tokens), e.g. "
-        "0:64,64:256,256:1024 (the last bucket has no upper edge); empty = every request in each run",
+        help_text=format_html(
+            "optional matrix axis, <code>{}</code> per bucket by recorded output length (tokens), e.g. "
+            "<code>{}</code> (the last bucket has no upper edge); empty = every request in each run",
+            "edge:limit",
+            "0:64,64:256,256:1024",
+        ),
     )
     deadlines = JSONField(
         required=False,
@@ -134,8 +148,14 @@ class ExperimentForm(forms.Form):
         required=False,
         initial={"attainment": 0.99},
         label="Capacity SLO",
-        help_text='traffic_class (default: the promised class), attainment (fraction within deadline), '
-        'p95_tpot_s, p95_e2e_s (seconds); at least one bound',
+        help_text=format_html(
+            "<code>{}</code> (default: the promised class), <code>{}</code> (fraction within deadline), "
+            "<code>{}</code>, <code>{}</code> (seconds); at least one bound",
+            "traffic_class",
+            "attainment",
+            "p95_tpot_s",
+            "p95_e2e_s",
+        ),
     )
     capacity_lo = forms.FloatField(required=False, initial=0.25, label="Capacity bracket low (x trace rate)")
     capacity_hi = forms.FloatField(required=False, initial=16.0, label="Capacity bracket high (x trace rate)")

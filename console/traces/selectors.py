@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 from django.conf import settings
-from django.db.models import Count, QuerySet
+from django.db.models import Avg, Count, Max, Min, Q, QuerySet
 from django.db.models.functions import Mod
 
 from console.figures import figure_html
@@ -41,6 +41,36 @@ def trace_sample_requests(*, trace: Trace, n: int = 12) -> list[TraceRequest]:
         return list(trace_requests(trace=trace))
     positions = sorted({round(i * (count - 1) / (n - 1)) for i in range(n)})
     return list(trace_requests(trace=trace).filter(position__in=positions))
+
+
+SUMMARY_FIGURES = ("prompt_tokens_mean", "prompt_tokens_max", "max_tokens_mean", "max_tokens_max", "duration_s")
+
+
+def trace_summary(*, trace: Trace) -> dict[str, Any]:
+    """What the trace page says of the requests: the summary the import stored, with the figures
+    it lacks read off the stored requests. Only a file import writes a summary; a trace built
+    otherwise (a synthetic or fixture trace, one stored before the summary existed) has none, and
+    its page would show empty numbers. Tokens; ``duration_s`` and ``mean_rate_rps`` in seconds and
+    requests per second; ``token_counter`` is "" where the import did not record it."""
+    stored = dict(trace.summary or {})
+    if all(stored.get(k) is not None for k in SUMMARY_FIGURES):
+        return stored
+    figures = TraceRequest.objects.filter(trace=trace).aggregate(
+        n=Count("id"),
+        prompt_tokens_mean=Avg("prompt_tokens"),
+        prompt_tokens_max=Max("prompt_tokens"),
+        max_tokens_mean=Avg("max_tokens"),
+        max_tokens_max=Max("max_tokens"),
+        first=Min("arrival_s"),
+        last=Max("arrival_s"),
+        with_tools=Count("id", filter=Q(tools__isnull=False) & ~Q(tools=[])),
+        with_json_schema=Count("id", filter=Q(response_format__type="json_schema")),
+    )
+    n, first, last = figures.pop("n"), figures.pop("first"), figures.pop("last")
+    span = (last - first) if n else None
+    figures["duration_s"] = span
+    figures["mean_rate_rps"] = n / span if n > 1 and span else None
+    return figures | {k: v for k, v in stored.items() if v is not None}
 
 
 def trace_counts(*, trace: Trace) -> dict[str, Any]:

@@ -165,7 +165,7 @@ def trace_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
         r.metadata_json = json.dumps(r.metadata, ensure_ascii=False)  # type: ignore[attr-defined]
     context = {
         "trace": trace,
-        "summary": trace.summary or {},
+        "summary": selectors.trace_summary(trace=trace),
         "counts": selectors.trace_counts(trace=trace),
         "figures": selectors.trace_figures(trace=trace),
         "samples": samples,

@@ -47,7 +47,9 @@
         th.dataset.dir = dir === 1 ? "asc" : "desc";
         var rows = Array.from(table.tBodies[0].rows);
         rows.sort(function (a, b) {
-          var x = a.cells[col].textContent.trim(), y = b.cells[col].textContent.trim();
+          // a numeric cell shown with its unit ("85.7 ms", "1.23 s") carries its raw value in data-value
+          var x = a.cells[col].dataset.value || a.cells[col].textContent.trim();
+          var y = b.cells[col].dataset.value || b.cells[col].textContent.trim();
           return dir * (numeric ? (parseFloat(x) || 0) - (parseFloat(y) || 0) : x.localeCompare(y));
         });
         rows.forEach(function (r) { table.tBodies[0].appendChild(r); });

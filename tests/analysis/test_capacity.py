@@ -127,7 +127,7 @@ def test_it_evaluates_an_slo_by_nearest_rank_with_failures_infinitely_slow():
     assert ev["p95_e2e_s"] == pytest.approx(1.9) and ev["passed"]
     ev = slo_evaluate(rows, {"traffic_class": "interactive", "attainment": 0.99})
     assert ev["attainment"] == pytest.approx(10 / 20) and not ev["passed"]
-    assert "attainment 0.500 < 0.99" in ev["reasons"][0]
+    assert "attainment 50% < 99%" in ev["reasons"][0]
     two_failed = _rows([0.1] * 18, failed=2)
     ev = slo_evaluate(two_failed, {"traffic_class": "all", "p95_e2e_s": 5.0})
     assert ev["p95_e2e_s"] is None and not ev["passed"]  # the 19th is a failure: +inf

@@ -243,7 +243,7 @@ def test_it_grades_in_the_worker_computation_and_shows_it_on_the_page_and_api(vi
     assert summary["correctness"]["n_not_gradable"] == 2 * (24 - 8)
     assert [r["request_id"] for r in summary["correctness"]["regressions"]] == [wrong_tr.request_id]
     html = viewer_client.get(f"/analysis/experiments/{experiment.pk}/").content.decode()
-    assert 'id="correctness"' in html and "0.875" in html
+    assert 'id="correctness"' in html and "87.5%" in html  # 7 of 8, a rate
 
 
 @pytest.mark.django_db

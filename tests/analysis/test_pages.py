@@ -80,7 +80,7 @@ def test_it_shows_the_noise_floor_in_each_cell_and_marks_exploratory_cells(viewe
     # percentage points, and the floor relative to the baseline's statistic in %
     table = html[html.index('id="noise"') :]
     table = table[: table.index("</section>")]
-    assert re.search(r'<td>e2e_s p95</td><td class="num">2</td><td class="num">±[0-9.]+ m?s</td>', table)
+    assert re.search(r'<td>e2e latency p95</td><td class="num">2</td><td class="num">±[0-9.]+ m?s</td>', table)
     assert re.search(r'<td class="num">±[0-9.]+%</td>', table)
     assert re.search(r'<td>success mean</td><td class="num">2</td><td class="num">±[0-9.]+ pp</td>', table)
     one = experiment_synthesize(n_requests=60, ks=(2,), loads="1x", repeats=1, seed=4)
@@ -142,9 +142,9 @@ def test_it_shows_what_the_drafter_costs_the_kv_cache_per_arm(viewer_client):
     section = html[html.index('id="kv-cache"') :]
     section = section[: section.index("</section>")]
     base_row, cand_row = section.split("<tbody>")[1].split("</tr>")[:2]
-    assert "baseline" in base_row and "16000" in base_row and "2.5" in base_row and "(2, 3)" in base_row
-    assert "12000" in cand_row and "0.250" in cand_row  # a quarter of the KV capacity lost
-    assert "0.875" in cand_row and "7.5" in cand_row and "(7, 8)" in cand_row
+    assert "baseline" in base_row and "16,000" in base_row and "2.50" in base_row and "(2, 3)" in base_row
+    assert "12,000" in cand_row and "25%" in cand_row  # a quarter of the KV capacity lost
+    assert "87.5%" in cand_row and "7.50" in cand_row and "(7, 8)" in cand_row
 
 
 def test_it_has_no_kv_cache_block_for_an_engine_that_preallocates_nothing(viewer_client):
@@ -190,7 +190,7 @@ def test_the_run_page_shows_the_number_format_chosen_and_each_requests_real_prom
     html = viewer_client.get(f"/analysis/runs/{run.pk}/").content.decode()
     assert "Number format: float32" in html
     assert "CPU lacks native bf16" in html and "fp32 prefill 812 tok/s" in html
-    assert "Probed at the start of this run (9.5 s" in html
+    assert "Probed at the start of this run (9.50 s" in html
     assert "float32 (chosen)" in html
     assert ">4321</td>" in html  # the engine's count, plain
     assert ">~17</span>" in html  # the trace's count, marked
@@ -227,10 +227,11 @@ def test_the_comparison_opens_with_the_answer_in_plain_words(viewer_client):
     answer = html[html.index('id="verdict"') : html.index("</section>", html.index('id="verdict"'))]
     for arm in experiment.arms.filter(is_baseline=False):
         assert f"{arm.label} " in answer
-    assert "tpot_s p95" in answer and ("at 1x" in answer)
+    assert "TPOT p95" in answer and "tpot_s" not in answer and ("at 1x" in answer)
 
 
 def test_the_headline_shows_goodput_with_its_unit():
     from console.analysis.comparison_page import _fmt
 
-    assert _fmt(0.36, "req/s") == "0.36 req/s" and _fmt(1.5, "") == "1.5" and _fmt(None, "req/s") == "—"
+    # through the one formatting layer: three significant digits, the unit after the number
+    assert _fmt(0.36, "req/s") == "0.360 req/s" and _fmt(1.5, "") == "1.50" and _fmt(None, "req/s") == "—"

@@ -31,7 +31,7 @@ def _lines(*rows):
 def test_it_names_the_candidate_that_pays_everywhere_with_its_interval_and_holm_p():
     v = _lines(Row("ngram", "1x", "better"), Row("ngram", "4x", "better"))["ngram"]
     assert v.tone == "better"
-    assert v.sentence.startswith("ngram improves interactive tpot_s p95 beyond the noise floor at every load: ")
+    assert v.sentence.startswith("ngram improves interactive TPOT p95 beyond the noise floor at every load: ")
     assert "better at 4x (-12.0 ms [-15.0 ms, -9.0 ms], Holm p 0.004)" in v.sentence
 
 

@@ -1,6 +1,7 @@
 """Layout that fits (issue 22, point 6): at 1024 and 1440 px no element of the main pages spills
 out of its card (chart titles wrap), and the headline table keeps the CTO's columns in view at
-1024 px. Screenshots of each page at each width go to var/screenshots/."""
+1024 px. Screenshots of each page at each width (whole, and its first screen) go to
+var/screenshots/; the README's are copied from there (docs/img/)."""
 
 from __future__ import annotations
 
@@ -68,4 +69,5 @@ def test_nothing_spills_out_of_its_card_and_the_ctos_columns_stay_in_view(page, 
                 visible = page.evaluate(VISIBLE_HEADERS)
                 assert {"Arm", "e2e p95", "TPOT p95", "$/successful task", "quality regressions"} <= set(visible), visible
             page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
+            page.screenshot(path=str(SHOTS / f"{name}-{width}-first-screen.png"))  # what a reader sees first
             assert page.evaluate(OVERFLOW) == [], (name, width)

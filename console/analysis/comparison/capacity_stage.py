@@ -41,7 +41,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from console import numbers
 from console.experiments.capacity_bisection import search_bracket
+
+# The SLO's latency bounds as a failed step's reason names them.
+SLO_WORDS = {"p95_tpot_s": "p95 TPOT", "p95_e2e_s": "p95 end-to-end latency"}
 
 INTERVAL_METHOD = (
     "envelope of the repeats' search brackets: [lowest highest-passing, highest lowest-failing] "
@@ -78,16 +82,16 @@ def slo_evaluate(derived: pd.DataFrame, slo: Mapping[str, Any]) -> dict[str, Any
     out["p95_tpot_s"] = nearest_rank(tpot, 0.95) if tpot.size else None
     reasons = []
     if slo.get("attainment") is not None and not out["attainment"] >= slo["attainment"] - 1e-12:
-        reasons.append(f"attainment {out['attainment']:.3f} < {slo['attainment']}")
+        reasons.append(f"attainment {numbers.rate(out['attainment'])} < {numbers.rate(slo['attainment'])}")
     for key in ("p95_tpot_s", "p95_e2e_s"):
         bound = slo.get(key)
         if bound is None:
             continue
         value = out[key]
         if value is None:
-            reasons.append(f"{key}: no request with two or more output tokens")
+            reasons.append(f"{SLO_WORDS[key]}: no request with two or more output tokens")
         elif not value <= bound:
-            reasons.append(f"{key} {value:.4g} s > {bound} s")
+            reasons.append(f"{SLO_WORDS[key]} {numbers.duration(value)} > {numbers.duration(bound)}")
     for key in ("p95_tpot_s", "p95_e2e_s"):
         if out[key] is not None and not math.isfinite(out[key]):
             out[key] = None  # JSON has no infinity; ``reasons`` keeps the failure
