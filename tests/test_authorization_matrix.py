@@ -116,6 +116,9 @@ MATRIX: dict[str, dict[str, str]] = {
     "GET /policies/{pk}/rules.json": everyone_signed_in(),
     "GET /policies/{pk}/vllm-serve.sh": everyone_signed_in(),
     "GET /policies/{pk}/litellm.yaml": everyone_signed_in(),
+    "GET /policies/schedule/{pk}/": everyone_signed_in(),  # {pk}: an experiment
+    "GET /policies/schedule/{pk}/schedule.json": everyone_signed_in(),
+    "GET /api/experiments/{id}/schedule": everyone_signed_in(),
     "GET /api/policies": everyone_signed_in(),
     "POST /api/policies": engineers(),  # fits one (the fit form's checks)
     "GET /api/policies/{id}": everyone_signed_in(),
@@ -285,6 +288,8 @@ def concrete(path: str, ids: dict[str, int]) -> str:
     }.get(first)
     if path.startswith("/analysis/runs/"):
         pk = ids["run"]
+    if path.startswith("/policies/schedule/"):  # an experiment's schedule
+        pk = ids["experiment"]
     # the JSON API names its path parameter "id" (as its OpenAPI document does), the pages "pk"
     values = {"pk": pk, "id": pk, "run_pk": ids["failed_run"], "a": ids["result_a"], "b": ids["result_b"]}
     out = re.sub(r"\{([a-z_]+)\}", lambda m: str(values[m.group(1)]), path)

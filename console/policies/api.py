@@ -13,7 +13,7 @@ from pydantic import Field
 from console.accounts.roles import RUN_EXPERIMENT
 from console.apikit import MAX_ID, ApiError, Id, Open, Strict, access, errors, row_or_404, text
 from console.experiments.models import Experiment
-from console.policies import deploy
+from console.policies import deploy, schedule_page
 from console.policies.fit_request import PolicyFitRefused, policy_fit_checked
 from console.policies.models import SlicePolicy
 from console.policies.selectors import policy_deployment, policy_export, policy_list
@@ -85,6 +85,26 @@ def policy_deployment_api(request: HttpRequest, id: Path[Id]):  # type: ignore[v
         return deploy.deployment_document(policy_deployment(policy=item))
     except deploy.DeployError as exc:
         raise ApiError(409, f"policy {item.pk} cannot be deployed: {exc}") from exc
+
+
+class ScheduleOut(Open):
+    experiment_id: int
+    speculative_config: dict[str, Any] | None
+    reason: str | None
+
+
+@router.get(
+    "/experiments/{id}/schedule",
+    response={200: ScheduleOut, **errors(400, 404)},
+    url_name="api-experiment-schedule",
+    summary="Draft length by batch size: vLLM's num_speculative_tokens_per_batch_size from the load axis, with its evidence",
+)
+def experiment_schedule_api(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
+    """``speculative_config`` is null when nothing should be enabled or nothing can be derived
+    (``reason`` says which: no comparison yet, no load better than the baseline beyond the noise
+    floor, batch size not measured). ``bands`` and ``loads`` carry the evidence."""
+    experiment = row_or_404(Experiment.objects, id, what="experiment")
+    return schedule_page.schedule_document(schedule_page.experiment_schedule(experiment=experiment))
 
 
 @router.get(

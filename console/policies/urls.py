@@ -10,4 +10,6 @@ urlpatterns = [
     path("<int:pk>/rules.json", views.policy_rules_json, name="rules-json"),
     path("<int:pk>/vllm-serve.sh", views.policy_serve_sh, name="serve-sh"),
     path("<int:pk>/litellm.yaml", views.policy_router_yaml, name="router-yaml"),
+    path("schedule/<int:pk>/", views.experiment_schedule_view, name="schedule"),
+    path("schedule/<int:pk>/schedule.json", views.experiment_schedule_json, name="schedule-json"),
 ]

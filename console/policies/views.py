@@ -15,7 +15,7 @@ from console.analysis.plots import fig_html
 from console.experiments.models import Experiment
 from console.jsonutil import canonical_json
 from console.listing import listing
-from console.policies import deploy, plots
+from console.policies import deploy, plots, schedule_page
 from console.policies import features as policy_features
 from console.policies import pairs as policy_pairs
 from console.policies import words as policy_words
@@ -29,6 +29,7 @@ from console.policies.selectors import (
     policy_page,
 )
 from console.policies.services import policy_fit
+from console.words import metric_words
 
 
 def _experiment_from(value: str | None) -> Experiment | None:
@@ -216,3 +217,32 @@ def policy_router_yaml(request, pk: int):
         filename=f"slice-policy-{policy.pk}-litellm.yaml",
         policy=policy,
     )
+
+
+@require_safe
+def experiment_schedule_view(request, pk: int):
+    """The experiment's draft length by batch size: the schedule, its chart and its evidence."""
+    experiment = get_object_or_404(Experiment, pk=pk)
+    view = schedule_page.experiment_schedule(experiment=experiment)
+    context: dict = {"experiment": experiment, "view": view, "s": view.schedule, "naive": view.naive}
+    if view.schedule is not None:
+        s = view.schedule
+        context["endpoint"] = metric_words(s.metric, s.stat)
+        context["loads"] = [*s.loads, *s.unplaced]
+        if view.naive is not None:
+            context["naive_schedule"] = json.dumps([list(b) for b in view.naive.schedule])
+            context["naive_differs"] = view.naive.schedule != s.schedule
+        context["figure"] = fig_html(schedule_page.schedule_figure(view.schedule), div_id="schedule-chart")
+        if view.schedule.speculative_config is not None:
+            context["config_json"] = json.dumps(view.schedule.speculative_config, indent=2)
+    return render(request, "policies/schedule.html", context)
+
+
+@require_safe
+def experiment_schedule_json(request, pk: int):
+    """The schedule as JSON: the speculative_config to give vLLM and the evidence behind each band."""
+    experiment = get_object_or_404(Experiment, pk=pk)
+    document = schedule_page.schedule_document(schedule_page.experiment_schedule(experiment=experiment))
+    response = HttpResponse(json.dumps(document, indent=2), content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="experiment-{experiment.pk}-batch-schedule.json"'
+    return response

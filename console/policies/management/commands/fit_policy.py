@@ -3,7 +3,7 @@ and ``POST /api/policies``; prints what was fitted, or one export of it to stdou
 
     manage.py fit_policy EXPERIMENT_ID --user NAME [--arms A B] [--load 2x|all] [--metric tpot_s]
         [--features task traffic_class] [--min-support 10] [--ci 0.95]
-        [--export summary|json|rules|vllm|litellm]
+        [--export summary|json|rules|vllm|litellm|schedule]
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from django.core.management.base import BaseCommand, CommandError
 from console.accounts.roles import RUN_EXPERIMENT
 from console.jsonutil import canonical_json
 from console.numbers import milliseconds
-from console.policies import deploy
+from console.policies import deploy, schedule_page
 from console.policies.fit_request import PolicyFitRefused, policy_fit_checked
 from console.policies.selectors import policy_deployment, policy_export
 
-EXPORTS = ("summary", "json", "rules", "vllm", "litellm")
+EXPORTS = ("summary", "json", "rules", "vllm", "litellm", "schedule")
 
 
 class Command(BaseCommand):
@@ -56,6 +56,9 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(policy_export(policy=policy), indent=2, sort_keys=True, default=str))
         elif export == "rules":
             self.stdout.write(canonical_json(policy.rules))
+        elif export == "schedule":  # the experiment's draft length by batch size (docs/policies.md)
+            view = schedule_page.experiment_schedule(experiment=policy.experiment)
+            self.stdout.write(json.dumps(schedule_page.schedule_document(view), indent=2))
         else:
             try:
                 deployment = policy_deployment(policy=policy)
