@@ -151,10 +151,9 @@ def _observe(
     return {"ttft_s": ttft, "e2e_s": ttft + gen, "tpot_s": gen / np.maximum(tokens - 1, 1)}
 
 
-def truths(pool: Pool, *, effect: float, seed: int) -> dict[tuple[str, str], float]:
-    """The population difference (candidate - baseline) of every calibrated statistic."""
-    if effect == 0:
-        return {key: 0.0 for key in METRICS}  # A/A: the same distribution, by construction
+def population(pool: Pool, *, effect: float, seed: int) -> dict[tuple[str, str], tuple[float, float]]:
+    """(baseline, candidate) population value of every calibrated statistic (seconds), from
+    ``TRUTH_DRAWS`` draws of the generative model."""
     rng = np.random.default_rng(seed)
     effects = _effects(pool, effect)
     idx = rng.integers(0, len(pool.frame), TRUTH_DRAWS)
@@ -163,7 +162,14 @@ def truths(pool: Pool, *, effect: float, seed: int) -> dict[tuple[str, str], flo
     noise = _noise(pool, rng, idx.size)
     base = _observe(pool, idx, np.zeros_like(effects), rng, noise)
     cand = _observe(pool, idx, effects, rng, noise)
-    return {(m, s): point_stat(cand[m], s) - point_stat(base[m], s) for m, s in METRICS}
+    return {(m, s): (point_stat(base[m], s), point_stat(cand[m], s)) for m, s in METRICS}
+
+
+def truths(pool: Pool, *, effect: float, seed: int) -> dict[tuple[str, str], float]:
+    """The population difference (candidate - baseline) of every calibrated statistic."""
+    if effect == 0:
+        return {key: 0.0 for key in METRICS}  # A/A: the same distribution, by construction
+    return {key: cand - base for key, (base, cand) in population(pool, effect=effect, seed=seed).items()}
 
 
 def experiment_simulate(pool: Pool, *, n: int, repeats: int, effect: float, rng: np.random.Generator) -> pd.DataFrame:

@@ -1,6 +1,7 @@
 """``manage.py calibrate``: do the comparison's intervals hold their coverage, and does the gate
 refuse an A/A experiment? Simulated experiments with a known truth (see
-``console.decisions.calibration``)."""
+``console.decisions.calibration``). ``--sequential``: the same for the run-until-decided
+stopping rule (``console.decisions.calibration_sequential``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from console.analysis.metrics import requests_derive
 from console.decisions.calibration import calibrate, pool_from_results, pool_shipped
+from console.decisions.calibration_sequential import SEQ_REQUESTS, calibrate_sequential
 from console.experiments.models import Run
 from console.results.selectors import results_frames
 
@@ -46,7 +48,15 @@ class Command(BaseCommand):
             help="auto (newest finished baseline run, else the shipped recording), shipped, or an experiment id",
         )
         parser.add_argument("--repeats", default="1,3,5", help="comma-separated repeat counts")
-        parser.add_argument("--requests", default="10,30,100,300", help="comma-separated requests per arm")
+        parser.add_argument(
+            "--requests", default=None, help="comma-separated requests per arm (default 10,30,100,300; --sequential 100,300)"
+        )
+        parser.add_argument(
+            "--sequential",
+            action="store_true",
+            help="calibrate the run-until-decided stopping rule (A/A, 20%% and 3%% effects; up to 5 repeats) "
+            "against the fixed design with 5 repeats and unadjusted repeated looks",
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args, **opts):
@@ -54,7 +64,8 @@ class Command(BaseCommand):
             raise CommandError("--sims must be >= 1 and --n-boot >= 100")
         try:
             repeats = [int(x) for x in opts["repeats"].split(",") if x.strip()]
-            requests = [int(x) for x in opts["requests"].split(",") if x.strip()]
+            default_requests = ",".join(map(str, SEQ_REQUESTS)) if opts["sequential"] else "10,30,100,300"
+            requests = [int(x) for x in (opts["requests"] or default_requests).split(",") if x.strip()]
         except ValueError:
             raise CommandError("--repeats and --requests: comma-separated integers") from None
         if not repeats or not requests or min(repeats) < 1 or min(requests) < 2 or max(requests) > 100_000:
@@ -78,6 +89,12 @@ class Command(BaseCommand):
 
         if not opts["json"]:
             self.stderr.write(f"pool: {pool.source} ({len(pool.frame)} requests, {pool.repeats} repeat(s))")
+        if opts["sequential"]:
+            seq = calibrate_sequential(
+                pool, sims=opts["sims"], seed=opts["seed"], n_boot=opts["n_boot"], requests=requests, progress=progress
+            )
+            self._sequential_report(seq, as_json=opts["json"])
+            return
         result = calibrate(
             pool,
             sims=opts["sims"],
@@ -109,3 +126,29 @@ class Command(BaseCommand):
             self.stdout.write("targets missed:\n  " + "\n  ".join(result["failures"]))
             raise CommandError(f"{len(result['failures'])} target(s) missed beyond Monte Carlo error")
         self.stdout.write("every target met (coverage >= 0.93, false significance <= 0.06, A/A gate pass <= 0.05)")
+
+    def _sequential_report(self, result: dict, *, as_json: bool) -> None:
+        if as_json:
+            self.stdout.write(json.dumps(result, indent=1, allow_nan=False))
+        else:
+            self.stdout.write(
+                f"{'scenario':<14}{'metric':<13}{'design':<11}{'cover':>7}{'false':>7}{'repeats':>8}"
+                f"{'better':>8}{'worse':>7}{'equiv':>7}{'undec':>7}"
+            )
+            for r in result["scenarios"]:
+                self.stdout.write(
+                    f"{r['name']:<14}{r['metric']:<13}{r['design']:<11}{r['coverage']:>7.3f}"
+                    f"{r['false_decision_rate']:>7.3f}{r['mean_repeats']:>8.2f}{r['better_rate']:>8.3f}"
+                    f"{r['worse_rate']:>7.3f}{r['equivalent_rate']:>7.3f}{r['undecided_rate']:>7.3f}"
+                )
+            if result["within_monte_carlo_error"]:
+                self.stdout.write(
+                    "beyond a target by less than two Monte Carlo errors:\n  "
+                    + "\n  ".join(result["within_monte_carlo_error"])
+                )
+        if result["failures"]:
+            if not as_json:
+                self.stdout.write("targets missed:\n  " + "\n  ".join(result["failures"]))
+            raise CommandError(f"{len(result['failures'])} target(s) missed beyond Monte Carlo error")
+        if not as_json:
+            self.stdout.write("sequential and fixed designs: every target met (coverage >= 0.93, false decisions <= 0.06)")
