@@ -118,6 +118,14 @@ def comparison_for_experiment(*, experiment: Experiment) -> dict | None:
     return data or None
 
 
+def comparison_stored_key(*, experiment: Experiment) -> str | None:
+    """What names the stored comparison's current version: its key and when it was stored (a
+    forced recomputation of the same runs keeps the key); None when none is stored. One narrow
+    query: what a page needs to know whether its cached rendering is current."""
+    row = ComparisonCache.objects.filter(experiment=experiment).values_list("key", "computed_at").first()
+    return f"{row[0]}@{row[1].isoformat()}" if row and row[0] else None
+
+
 def comparison_summary_for_experiment(*, experiment: Experiment) -> Summary | None:
     """The stored comparison of the experiment read through the typed contract
     (``console.analysis.comparison.schema``), as :func:`comparison_for_experiment` finds it;
