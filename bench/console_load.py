@@ -1,5 +1,6 @@
-"""Console under load: 50 concurrent users on gunicorn + Postgres, browsing the lists, a
-9-run comparison (baseline + n-gram k=2, 4 at 1x, 2x, 4x; 10,000 requests per run) and the
+"""Console under load: 50 concurrent users on gunicorn + Postgres, browsing the home page, the
+lists, a 10,000-request trace, its experiment, the stored 9-run comparison (baseline + n-gram
+k=2, 4 at 1x, 2x, 4x; 10,000 requests per run) whole and by a slice, a fitted policy and the
 decision pages.
 
 Self-contained: builds its data in a scratch Postgres database (<DATABASE_URL's name>_bench_load,
@@ -50,8 +51,11 @@ def _build(n_requests: int, users: int, run_page: bool):
 
     from console.accounts.services import user_create
     from console.analysis.selectors import comparison_summary_for_experiment
+    from console.analysis.services import comparison_refresh
+    from console.analysis.slice_view import slice_options
     from console.decisions import services as decisions
     from console.experiments.models import Experiment
+    from console.policies.services import policy_fit
     from console.results.models import RequestResult
     from tests.support.synthetic import experiment_synthesize
 
@@ -67,8 +71,11 @@ def _build(n_requests: int, users: int, run_page: bool):
     # (a freshly created instance's Decimal can print differently, and the page would miss).
     experiment = Experiment.objects.get(pk=experiment.pk)
     t = time.perf_counter()
+    comparison_refresh(experiment_id=experiment.pk)  # stored, as the worker's task leaves it
     summary = comparison_summary_for_experiment(experiment=experiment)
-    print(f"comparison computed (and cached) in {time.perf_counter() - t:.1f} s")
+    if summary is None:
+        raise SystemExit("the comparison was not stored: the comparison page would only say 'computing'")
+    print(f"comparison computed and stored in {time.perf_counter() - t:.1f} s")
 
     engineer = user_create(username="load-engineer", password="load-engineer-pw", role="engineer")
     approver = user_create(username="load-approver", password="load-approver-pw", role="approver")
@@ -104,13 +111,19 @@ def _build(n_requests: int, users: int, run_page: bool):
         signed = decisions.decision_sign(decision=decision, signer=approver, verdict="rejected", comment="no")
     except Exception as exc:  # the bench still measures the draft's page
         print(f"(could not sign the bench decision: {exc}; measuring the draft)")
+    policy = policy_fit(experiment=experiment, created_by=engineer)
     run = experiment.runs.filter(status="done").order_by("pk").first()
+    slice_key = slice_options(summary)[0]["options"][0]["key"]
     pages = {
+        "home": ("/", 2),
         "experiments list": ("/experiments/", 3),
         "traces list": ("/traces/", 2),
+        "trace": (f"/traces/{experiment.trace_id}/", 1),
         "decisions list": ("/decisions/", 2),
         "archive": ("/decisions/archive/", 1),
         "comparison (9 runs)": (f"/analysis/experiments/{experiment.pk}/", 3),
+        "comparison, a slice": (f"/analysis/experiments/{experiment.pk}/?slice={slice_key}", 1),
+        "policy": (f"/policies/{policy.pk}/", 1),
         "decision": (f"/decisions/{(signed or decision).pk}/", 2),
         "experiment": (f"/experiments/{experiment.pk}/", 1),
     }
@@ -243,6 +256,9 @@ def main() -> int:
     old = setup_databases(verbosity=0, interactive=False)
     proc = None
     try:
+        from console.static_files import static_collect_if_stale
+
+        static_collect_if_stale()  # the pages name content-hashed static files
         pages, cookies = _build(args.requests, args.users, args.run_page)
         cfg = connection.settings_dict
         auth = cfg["USER"] or "postgres"
