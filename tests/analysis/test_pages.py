@@ -235,3 +235,27 @@ def test_the_headline_shows_goodput_with_its_unit():
 
     # through the one formatting layer: three significant digits, the unit after the number
     assert _fmt(0.36, "req/s") == "0.360 req/s" and _fmt(1.5, "") == "1.50" and _fmt(None, "req/s") == "—"
+
+
+def test_a_second_view_of_the_comparison_reads_no_stored_comparison_and_shows_the_same_evidence(
+    viewer_client, engineer_client
+):
+    """Issue 22, finding 9: the comparison page's evidence is rendered once per stored comparison
+    and slice, then served from the cache (the stored JSON is not even fetched), the same for every
+    viewer, while the parts that depend on the viewer (its buttons) still do."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from console.analysis.services import comparison_refresh
+    from tests.support.synthetic import experiment_synthesize
+
+    experiment = experiment_synthesize(n_requests=40, repeats=2)
+    comparison_refresh(experiment_id=experiment.pk, n_boot=100)
+    url = f"/analysis/experiments/{experiment.pk}/"
+    first = viewer_client.get(url).content.decode()
+    with CaptureQueriesContext(connection) as queries:
+        second = engineer_client.get(url).content.decode()
+    assert not [q for q in queries.captured_queries if '"data"' in q["sql"] and "comparisoncache" in q["sql"]]
+    body = first[first.index('id="verdict"') : first.index("<footer>")]
+    assert body in second
+    assert "Draft decision" in second and "Draft decision" not in first  # the engineer's button only
