@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
 from workers.engines.base import EngineError
 from workers.engines.hf_seam import (
+    Cancelled,
     Step,
     StepRecorder,
     _min_ngram_match,
@@ -96,3 +99,17 @@ def test_it_restores_the_models_candidate_generator_factory():
         assert "_get_candidate_generator" in vars(model)
     assert "_get_candidate_generator" not in vars(model)
     assert model._get_candidate_generator() == "original"
+
+
+@pytest.mark.parametrize("is_set", [False, True])
+def test_the_cancel_criterion_answers_on_the_device_of_the_ids(is_set):
+    # On CUDA a CPU answer broke every generation (bench/gpu_check.py on an H200); "meta" stands
+    # in for a device other than the CPU here.
+    cancel = threading.Event()
+    if is_set:
+        cancel.set()
+    ids = torch.zeros((2, 5), dtype=torch.long, device="meta")
+    done = Cancelled(cancel)(ids, None)
+    assert done.device == ids.device and done.shape == (2,) and done.dtype == torch.bool
+    cpu = Cancelled(cancel)(torch.zeros((2, 5), dtype=torch.long), None)
+    assert cpu.tolist() == [is_set, is_set]

@@ -226,14 +226,10 @@ class HFEngine:
 
     def _generate(self, request: EngineRequest, emit: Callable[[Any], None], cancel: threading.Event) -> None:
         import torch
-        from transformers import StoppingCriteria, StoppingCriteriaList
+        from transformers import StoppingCriteriaList
 
         # seam: hf_seam imports transformers (heavy) at its top
-        from .hf_seam import StepRecorder, counting_steps
-
-        class Cancelled(StoppingCriteria):
-            def __call__(self, input_ids, scores, **kwargs):  # noqa: ARG002
-                return torch.full((input_ids.shape[0],), cancel.is_set(), dtype=torch.bool)
+        from .hf_seam import Cancelled, StepRecorder, counting_steps
 
         if cancel.is_set():
             return
@@ -255,7 +251,7 @@ class HFEngine:
                 input_ids,
                 attention_mask=torch.ones_like(input_ids),
                 streamer=streamer,
-                stopping_criteria=StoppingCriteriaList([Cancelled()]),
+                stopping_criteria=StoppingCriteriaList([Cancelled(cancel)]),
                 **kwargs,
             )
         self._count(streamer.generated, recorder)

@@ -28,10 +28,12 @@ not accepted (they were never shown to anyone). ``num_matches`` is cross-checked
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 import transformers
 from packaging.version import Version
 
@@ -173,3 +175,19 @@ def counting_steps(
         yield
     finally:
         del model._get_candidate_generator
+
+
+class Cancelled(transformers.StoppingCriteria):
+    """Stops generation when ``cancel`` is set (the consumer walked away, the engine stops).
+
+    Its tensor is on the ids' device: transformers ORs it with its own criteria's tensors, so a
+    CPU tensor broke every generation on CUDA (seen on an H200 with ``bench/gpu_check.py``).
+    """
+
+    def __init__(self, cancel: threading.Event):
+        self.cancel = cancel
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:  # noqa: ARG002
+        return torch.full(
+            (input_ids.shape[0],), self.cancel.is_set(), dtype=torch.bool, device=input_ids.device
+        )
