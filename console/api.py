@@ -17,7 +17,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -31,18 +32,27 @@ from ninja.parser import Parser
 from console.apikit import ApiError, access
 from console.decisions.models import FrozenDecisionError
 from console.errors import Conflict
-from console.jsonutil import strict_loads
+from console.jsonutil import JSON_MAX_DEPTH, JsonTooDeep, strict_loads
 from console.traces.errors import TraceError, TraceImportError
 from console.traces.uploads import UploadTooLarge, refused_message
 
 
 class StrictJSONParser(Parser):
-    """Request bodies as RFC 8259 has JSON (``console.jsonutil.strict_loads``). ninja answers a
-    body it cannot parse with a bare 400; the reason is kept on the request for ``_http_error``."""
+    """Request bodies as RFC 8259 has JSON (``console.jsonutil.strict_loads``), each field nested
+    at most ``JSON_MAX_DEPTH`` levels, as a form field is. ninja answers a body it cannot parse
+    with a bare 400; the reason (and the field, for one nested too deep) is kept on the request
+    for ``_http_error``."""
 
     def parse_body(self, request: HttpRequest) -> dict[str, Any]:
         try:
-            return strict_loads(request.body)
+            # +1: the body object is a level above the fields it carries
+            return strict_loads(request.body, max_depth=JSON_MAX_DEPTH + 1)
+        except JsonTooDeep as exc:
+            field = exc.path[0] if exc.path else "body"
+            message = f"nested deeper than {JSON_MAX_DEPTH} levels"
+            request.body_refused = f"{field}: {message}"  # type: ignore[attr-defined]
+            request.body_refused_details = {field: [message]}  # type: ignore[attr-defined]
+            raise
         except ValueError as exc:  # JSONDecodeError included
             request.body_refused = str(exc)[:200]  # type: ignore[attr-defined]
             raise
@@ -132,7 +142,23 @@ def _conflict(request: HttpRequest, exc: Conflict) -> HttpResponse:
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     refused = getattr(request, "body_refused", None)
     message = f"{exc}: {refused}" if refused and exc.status_code == 400 else str(exc)
-    return error_response(request, exc.status_code, message)
+    details = getattr(request, "body_refused_details", None) if exc.status_code == 400 else None
+    return error_response(request, exc.status_code, message, details)
+
+
+@api.exception_handler(RequestDataTooBig)
+def _body_too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    # Django raises it when the body is read (by the parser, or a CSRF check of a form body); left
+    # to Django, the client would get its HTML 400 page.
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    message = f"the request body is larger than {limit / 2**20:g} MiB (DATA_UPLOAD_MAX_MEMORY_SIZE)"
+    return error_response(request, 413, message)
+
+
+@api.exception_handler(SuspiciousOperation)
+def _malformed(request: HttpRequest, exc: SuspiciousOperation) -> HttpResponse:
+    # Too many form fields or files (TooManyFieldsSent, TooManyFilesSent), a malformed multipart body.
+    return error_response(request, 400, f"invalid request: {exc}")
 
 
 @api.exception_handler(DataError)

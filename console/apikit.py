@@ -76,7 +76,8 @@ class Strict(Schema):
 
 def errors(*codes: int) -> dict[int, type[ErrorOut]]:
     """The error responses an operation declares (401, 403 and 429 apply to all: a bad or missing
-    token, a missing permission or CSRF token, too many bad tokens from one address)."""
+    token, a missing permission or CSRF token, a bad token after too many from one address or
+    with one prefix)."""
     return {code: ErrorOut for code in sorted({401, 403, 429, *codes})}
 
 

@@ -7,6 +7,7 @@ surfacing later as a strange runtime error.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -62,6 +63,20 @@ def envlist(name: str, default: list[str]) -> list[str]:
     if value is None:
         return default
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def envnetworks(name: str) -> list[str]:
+    """A comma-separated list of IP addresses or CIDR networks (``10.0.0.0/8,192.0.2.1,::1``), each
+    written back in its normal form; empty when unset. A value that is neither stops start-up."""
+    out = []
+    for item in envlist(name, []):
+        try:
+            out.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError:
+            raise SettingsError(
+                f"{name}: {item!r} is not an IP address or network (use e.g. 10.0.0.5 or 10.0.0.0/8)"
+            ) from None
+    return out
 
 
 def envsecret(name: str, default: str | None = None) -> str | None:
@@ -273,6 +288,8 @@ def envopenai_servers(name: str, *, credentials: dict[str, dict[str, str]]) -> d
             # kept as canonical JSON text: the registry's entries are plain strings
             out[key]["telemetry"] = json.dumps(spec, sort_keys=True)
     return out
+
+
 ENVIRONMENTS = ("development", "production")
 
 

@@ -13,16 +13,33 @@ from typing import Any
 # A spreadsheet evaluates a cell starting with these as a formula (OWASP "CSV injection"); tab and CR
 # are there because some spreadsheets drop them and then see the character after.
 CSV_FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+# Inside a cell, a formula can start after a separator: a spreadsheet that splits on ; or tab (the
+# list separator of many locales, whatever the file's own delimiter) or one that ignores the quoting
+# reads "x;=cmd|' /C calc'!A0" as two cells, the second a formula. So a formula character after a
+# separator (and any spaces or double quotes) gets a ``'`` before it too, unless what follows is a plain
+# number up to the next separator ("1;-2;3" is data).
+_INNER_FORMULA = re.compile(r"""([,;\t\r\n][ "]*)([=+\-@])""")
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?[ ]*(?=[,;\t\r\n]|$)")
+
+
+def _inner_formula(match: re.Match) -> str:
+    lead, sign = match.groups()
+    if sign in "+-" and _PLAIN_NUMBER.match(match.string, match.start(2)):
+        return match.group(0)
+    return f"{lead}'{sign}"
 
 
 def csv_cell(value: Any) -> Any:
-    """``value`` for a CSV cell: text that a spreadsheet would run as a formula gets a leading ``'``.
+    """``value`` for a CSV cell: text that a spreadsheet would run as a formula, at its start or
+    after a separator inside it, gets a ``'`` before the formula character.
 
     Numbers are left alone (a negative number is data, not a formula); only strings can carry one.
     """
-    if isinstance(value, str) and value.startswith(CSV_FORMULA_PREFIXES):
-        return "'" + value
-    return value
+    if not isinstance(value, str):
+        return value
+    if value.startswith(CSV_FORMULA_PREFIXES):
+        value = "'" + value
+    return _INNER_FORMULA.sub(_inner_formula, value)
 
 
 # Markdown punctuation that acts anywhere in a line: emphasis, code, tables, strikethrough; "](", "]["

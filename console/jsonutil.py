@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import json.encoder
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -95,8 +96,58 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def strict_loads(text: str | bytes) -> Any:
+# Levels of nesting a free-form JSON value typed by a user may have (an engine's arguments, a
+# policy, gate settings, a revert config: a few levels in practice). The limit sits far below what
+# breaks the tools the value passes through later (pydantic serialises about 255 levels, Python's
+# json about 1,000), so a value accepted here is never a 500 further on.
+JSON_MAX_DEPTH = 64
+
+
+class JsonTooDeep(ValueError):
+    """A JSON value nested deeper than allowed; ``path`` is where (keys and indexes from the top,
+    as far as known: empty when the parser itself gave up)."""
+
+    def __init__(self, limit: int, path: tuple[str, ...] = ()):
+        self.limit = limit
+        self.path = path
+        where = f" (at {'.'.join(path[:8])}{'...' if len(path) > 8 else ''})" if path else ""
+        super().__init__(f"nested deeper than {limit} levels{where}")
+
+
+def json_depth_check(value: Any, *, max_depth: int = JSON_MAX_DEPTH) -> None:
+    """Raise :class:`JsonTooDeep` when ``value`` nests objects and arrays more than ``max_depth``
+    levels (a scalar is level 0, ``{}`` and ``[]`` level 1). Iterative: any depth is safe to ask."""
+    # Each entry: (value, its depth, its path as a linked pair (key, parent's pair) or None):
+    # O(1) per value; the path is spelled out only for the error.
+    stack: list[tuple[Any, int, Any]] = [(value, 0, None)]
+    while stack:
+        item, depth, link = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.items()
+        elif isinstance(item, list):
+            children = enumerate(item)
+        else:
+            continue
+        if depth >= max_depth:
+            path: list[str] = []
+            while link is not None:
+                key, link = link
+                path.append(str(key))
+            raise JsonTooDeep(max_depth, tuple(reversed(path)))
+        stack.extend((child, depth + 1, (key, link)) for key, child in children)
+
+
+def strict_loads(text: str | bytes, *, max_depth: int | None = JSON_MAX_DEPTH) -> Any:
     """``json.loads`` as RFC 8259 has JSON: ``NaN``, ``Infinity`` and numbers that overflow a
     double (``1e999``) raise ValueError, where Python's parser would hand back non-finite floats
-    that no statistic, bound or jsonb column can use."""
-    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    that no statistic, bound or jsonb column can use. Nesting deeper than ``max_depth`` levels
+    raises :class:`JsonTooDeep` (a ValueError) naming where; None: no limit but the parser's own,
+    which is also a :class:`JsonTooDeep`. The one check every JSON field of a form or an API body
+    passes (``console.api`` reads bodies with it)."""
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except RecursionError:  # thousands of levels: the parser's stack, before any limit here
+        raise JsonTooDeep(max_depth or sys.getrecursionlimit()) from None
+    if max_depth is not None:
+        json_depth_check(value, max_depth=max_depth)
+    return value

@@ -19,6 +19,7 @@ from console.env import (
     envdatabase,
     envint,
     envlist,
+    envnetworks,
     envopenai_servers,
     envsecret,
     envstr,
@@ -112,6 +113,9 @@ LOGIN_URL = "login"
 SPECREVIEW_LOGIN_MAX_FAILURES = envint("SPECREVIEW_LOGIN_MAX_FAILURES", 5, minimum=1)
 SPECREVIEW_LOGIN_LOCKOUT_MINUTES = envint("SPECREVIEW_LOGIN_LOCKOUT_MINUTES", 15, minimum=1)
 SPECREVIEW_API_TOKEN_DAYS = envint("SPECREVIEW_API_TOKEN_DAYS", 90, minimum=1)
+# Proxies (addresses or CIDR networks) whose X-Forwarded-For names the client for the throttles
+# (console/accounts/throttle.py client_address); none by default: the peer address is the client.
+SPECREVIEW_TRUSTED_PROXIES = envnetworks("SPECREVIEW_TRUSTED_PROXIES")
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 

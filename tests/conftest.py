@@ -54,6 +54,22 @@ def _static_collected():
     static_collect_if_stale()
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """The test database, which Django empties with TRUNCATE after each transactional test: on
+    PostgreSQL the decision tables refuse TRUNCATE (migration decisions 0004) unless a superuser
+    sets ``specreview.allow_truncate``; set here on the test database only (new connections) and
+    on the open one. tests/decisions/test_probe_audit.py turns it off to check the guard."""
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                name = connection.ops.quote_name(connection.settings_dict["NAME"])
+                cursor.execute(f"ALTER DATABASE {name} SET specreview.allow_truncate = 'on'")
+                cursor.execute("SET specreview.allow_truncate = 'on'")
+
+
 @pytest.fixture(autouse=True)
 def _cache_cleared():
     """Each test starts with an empty cache: login and token throttling counters live there."""

@@ -33,6 +33,7 @@ def _start(env_overrides: dict[str, str]) -> subprocess.CompletedProcess:
         ("SPECREVIEW_OPENAI_SERVERS", '{"prod": {"url": "http://h/v1", "credential": "nowhere"}}'),
         ("SPECREVIEW_OPENAI_CREDENTIALS", "prod-key=not a variable"),
         ("SPECREVIEW_APPROVER_MAY_SIGN_OWN", "true"),  # removed: separation of duties has no switch
+        ("SPECREVIEW_TRUSTED_PROXIES", "10.0.0.0/8,proxy.internal"),
     ],
 )
 def test_it_refuses_to_start_with_a_bad_setting(name, value):

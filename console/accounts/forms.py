@@ -15,16 +15,25 @@ LOGIN_SCOPE = "login"
 
 
 class ThrottledAuthenticationForm(AuthenticationForm):
-    """Django's login form, refusing a username + address after too many failures in a window."""
+    """Django's login form, refusing a username + address after too many failures in a window.
+
+    Failures are counted on the username as Django authenticates it: the form's ``UsernameField``
+    strips it and applies NFKC (so ``ｅng2``, with a full-width letter, is ``eng2``), and
+    ``ModelBackend`` then matches it exactly, case included. Every spelling that can log in to
+    one account shares that account's counter; nothing else does."""
 
     error_messages = {
         **AuthenticationForm.error_messages,
         "throttled": "Too many failed login attempts: try again in %(wait)s.",
     }
 
+    def _account_key(self) -> str:
+        """The username the backend will look up: the field's own normalisation of what was typed."""
+        raw = self.data.get(self.add_prefix("username"))
+        return str(self.fields["username"].to_python(raw if isinstance(raw, str) else "") or "")
+
     def clean(self):
-        username = (self.data.get("username") or "").strip().lower()
-        parts = (username, client_address(self.request))
+        parts = (self._account_key(), client_address(self.request))
         locked = throttle_locked_seconds(scope=LOGIN_SCOPE, parts=parts)
         if locked:
             raise forms.ValidationError(
@@ -40,7 +49,8 @@ class ThrottledAuthenticationForm(AuthenticationForm):
                     self.error_messages["throttled"], code="throttled", params={"wait": minutes_text(locked)}
                 ) from None
             raise
-        throttle_reset(scope=LOGIN_SCOPE, parts=parts)
+        if self.user_cache is not None:  # a password was checked and matched (not a form error)
+            throttle_reset(scope=LOGIN_SCOPE, parts=parts)
         return cleaned
 
 

@@ -72,23 +72,28 @@ class ApiTokenRejected(Exception):
 
 
 API_TOKEN_SCOPE = "api-token"
+API_TOKEN_PREFIX_SCOPE = "api-token-prefix"
+
+
+def _token_throttle_keys(*, key: str, client_ip: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Where a bad token is counted: its client address, and its first characters (the prefix a
+    token page shows), so that guesses at one token are counted from every address."""
+    return (
+        (API_TOKEN_SCOPE, (client_ip or "unknown",)),
+        (API_TOKEN_PREFIX_SCOPE, (key[: ApiToken.PREFIX_LENGTH],)),
+    )
 
 
 def api_token_authenticate(*, raw: str, client_ip: str = ""):
     """The active user a bearer token belongs to, or :class:`ApiTokenRejected` saying why not.
 
-    The one token check every API layer calls. Unknown, expired and revoked tokens, and tokens of
-    inactive users, count as failures against ``client_ip``; after
-    ``SPECREVIEW_LOGIN_MAX_FAILURES`` of them in the window the address gets 429 until it ends.
-    Records ``last_used_at`` on success.
+    The one token check every API layer calls. A valid token always authenticates, whatever came
+    before it from its address (behind a proxy every client shares one). Unknown, expired and
+    revoked tokens, and tokens of inactive users, are counted against ``client_ip`` and against
+    the token's prefix; once either has ``SPECREVIEW_LOGIN_MAX_FAILURES`` in the window, further
+    bad tokens from that address or with that prefix get 429 until it ends. Records
+    ``last_used_at`` on success.
     """
-    parts = (client_ip or "unknown",)
-    locked = throttle_locked_seconds(scope=API_TOKEN_SCOPE, parts=parts)
-    if locked:
-        raise ApiTokenRejected(
-            f"too many failed token attempts from this address: try again in {minutes_text(locked)}",
-            status=429,
-        )
     key = raw.strip()
     token = (
         ApiToken.objects.select_related("user").filter(key_sha256=ApiToken.digest(key)).first()
@@ -106,12 +111,21 @@ def api_token_authenticate(*, raw: str, client_ip: str = ""):
         )
     elif not token.user.is_active:
         reason = "the API token's user is inactive"
-    if reason is not None:
-        throttle_failure_record(scope=API_TOKEN_SCOPE, parts=parts)
-        raise ApiTokenRejected(reason)
-    assert token is not None
-    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
-    return token.user
+    if reason is None:
+        assert token is not None
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+        return token.user
+    keys = _token_throttle_keys(key=key, client_ip=client_ip)
+    locked = max(throttle_locked_seconds(scope=scope, parts=parts) for scope, parts in keys)
+    if locked:
+        raise ApiTokenRejected(
+            f"too many failed token attempts from this address or for this token: try again in "
+            f"{minutes_text(locked)}",
+            status=429,
+        )
+    for scope, parts in keys:
+        throttle_failure_record(scope=scope, parts=parts)
+    raise ApiTokenRejected(reason)
 
 
 def api_token_revoke(*, token: ApiToken, by) -> bool:

@@ -7,6 +7,7 @@ from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from console.accounts.forms import ApiTokenCreateForm, ThrottledAuthenticationForm
@@ -20,6 +21,8 @@ class LoginView(auth_views.LoginView):
     authentication_form = ThrottledAuthenticationForm
 
 
+# no-store: the response to a POST shows a new key once; no browser or proxy cache may keep it.
+@never_cache
 @require_http_methods(["GET", "HEAD", "POST"])
 def tokens(request: HttpRequest):
     form = ApiTokenCreateForm(request.POST if request.method == "POST" else None)

@@ -11,9 +11,11 @@ from pydantic import Field, StrictFloat, StrictInt
 
 from console.accounts import roles
 from console.analysis.comparison.schema import ComparisonSchemaError
-from console.apikit import LONG_TEXT, MAX_ID, ApiError, Id, Open, Strict, access, errors, row_or_404, text
+from console.apikit import MAX_ID, ApiError, Id, Open, Strict, access, errors, row_or_404, text
 from console.decisions import selectors, services
+from console.decisions.limits import FIELD_MAX_CHARS, NOTE_MAX_CHARS
 from console.decisions.models import Decision
+from console.traces.models import TRAFFIC_CLASSES
 
 router = Router(tags=["decisions"])
 
@@ -96,32 +98,53 @@ class RollbackTriggerIn(Open):
 
 class ChecklistAnswerIn(Open):
     answer: Literal["", "yes", "no"] | None = None  # checklist.YES, checklist.NO
-    note: text(10_000) = ""  # type: ignore[valid-type]
+    note: text(NOTE_MAX_CHARS) = ""  # type: ignore[valid-type]
+
+
+# Lengths are the service's (console.decisions.limits), so the API, the forms and the service agree.
+MAX = FIELD_MAX_CHARS
+CLEARS = "null clears it"
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)  # the document says "optional", not "null by default"
+
+
+# Omitted: unchanged. Null: only where the service has a "nothing" for it (services.CLEARED_BY_NULL);
+# a title, a proposal and a traffic class always have a value, so null is refused there.
+def _absent() -> Any:
+    """Optional, and never null: omitted means unchanged."""
+    return Field(None, json_schema_extra=_no_default)
 
 
 class DecisionPatchIn(Strict):
-    """The fields of a draft that may change; a signed decision answers 409."""
+    """The fields of a draft that may change (omitted: unchanged; null, where allowed: cleared); a
+    signed decision answers 409."""
 
-    title: Annotated[str, Field(pattern=NON_BLANK, max_length=200)] | None = None
-    proposal: Literal[tuple(Decision.Proposal.values)] | None = None  # type: ignore[valid-type]
-    traffic_class: text(20) | None = None  # type: ignore[valid-type]
-    rationale: text(LONG_TEXT) | None = None  # type: ignore[valid-type]
-    policy: dict[str, Any] | None = None
-    policy_ref: text(500) | None = None  # type: ignore[valid-type]
-    gate_settings: dict[str, Any] | None = None
-    checklist_answers: dict[str, ChecklistAnswerIn] | None = None
-    rollback_triggers: list[RollbackTriggerIn] | None = Field(None, max_length=100)
-    rollback_revert_config: dict[str, Any] | None = None
-    rollback_steps: text(LONG_TEXT) | None = None  # type: ignore[valid-type]
-    rollback_owner: text(200) | None = None  # type: ignore[valid-type]
-    rollback_verification: text(LONG_TEXT) | None = None  # type: ignore[valid-type]
+    title: Annotated[str, Field(pattern=NON_BLANK, max_length=MAX["title"])] = _absent()
+    proposal: Literal[tuple(Decision.Proposal.values)] = _absent()  # type: ignore[valid-type]
+    traffic_class: Literal[TRAFFIC_CLASSES] = _absent()  # type: ignore[valid-type]
+    rationale: text(MAX["rationale"]) | None = Field(None, description=CLEARS)  # type: ignore[valid-type]
+    policy: dict[str, Any] | None = Field(None, description=CLEARS)
+    policy_ref: text(MAX["policy_ref"]) | None = Field(None, description=CLEARS)  # type: ignore[valid-type]
+    gate_settings: dict[str, Any] | None = Field(None, description=f"{CLEARS} (the defaults)")
+    checklist_answers: dict[str, ChecklistAnswerIn] | None = Field(None, description=CLEARS)
+    rollback_triggers: list[RollbackTriggerIn] | None = Field(None, max_length=100, description=CLEARS)
+    rollback_revert_config: dict[str, Any] | None = Field(None, description=CLEARS)
+    rollback_steps: text(MAX["rollback_steps"]) | None = Field(None, description=CLEARS)  # type: ignore[valid-type]
+    rollback_owner: text(MAX["rollback_owner"]) | None = Field(None, description=CLEARS)  # type: ignore[valid-type]
+    rollback_verification: text(MAX["rollback_verification"]) | None = Field(None, description=CLEARS)  # type: ignore[valid-type]
+
+
+CONDITIONS_HELP = "required with approved_with_conditions"
+OVERRIDE_HELP = "required to approve over a failing gate"
 
 
 class SignoffIn(Strict):
     verdict: Literal[tuple(services.SIGN_VERDICTS)]  # type: ignore[valid-type]
-    comment: Annotated[str, Field(pattern=NON_BLANK, max_length=LONG_TEXT)]
-    conditions: text(LONG_TEXT) = Field("", description="required with approved_with_conditions")  # type: ignore[valid-type]
-    override_reason: text(LONG_TEXT) = Field("", description="required to approve over a failing gate")  # type: ignore[valid-type]
+    comment: Annotated[str, Field(pattern=NON_BLANK, max_length=MAX["comment"])]
+    conditions: text(MAX["conditions"]) = Field("", description=CONDITIONS_HELP)  # type: ignore[valid-type]
+    override_reason: text(MAX["override_reason"]) = Field("", description=OVERRIDE_HELP)  # type: ignore[valid-type]
 
 
 class DecisionOut(Open):

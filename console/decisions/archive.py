@@ -75,7 +75,10 @@ def chain_verify(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     Each record: ``sequence``, ``decision_id``, ``bundle`` (text), ``bundle_sha256``,
     ``previous_sha256``, ``record_sha256``, ``archived_at`` (ISO text), and optionally ``live``:
     the canonical decision and sign-off as the database holds them now, which must equal the
-    bundle's ``decision`` and ``signoff`` sections. Returns ``{"ok", "checked", "break"}`` where
+    bundle's ``decision`` and ``signoff`` sections, and ``live_audit``: the decision's audit
+    events as the database holds them now, which must still hold every event the bundle
+    recorded (:func:`audit_trail_problem`), and ``live_signer``: the signer's name the sign-off
+    row recorded, which must be the bundle's ``names.signer``. Returns ``{"ok", "checked", "break"}`` where
     ``break`` is None or ``{"sequence", "decision_id", "reason"}`` for the first mismatch.
     """
     previous = GENESIS
@@ -112,8 +115,54 @@ def chain_verify(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                     if canonical_json(rec["live"].get(section)) != canonical_json(bundle.get(section)):
                         reason = f"the {section} row in the database differs from its archived bundle"
                         break
+            if reason is None and rec.get("live_audit") is not None:
+                reason = audit_trail_problem(bundle.get("audit") or [], rec["live_audit"])
+            if reason is None and rec.get("live_signer") is not None:
+                if rec["live_signer"] != (bundle.get("names") or {}).get("signer"):
+                    reason = "the sign-off's recorded signer name differs from its archived bundle"
         if reason:
             return {"ok": False, "checked": checked, "break": where | {"reason": reason}}
         previous = rec["record_sha256"]
         checked += 1
     return {"ok": True, "checked": checked, "break": None}
+
+
+# What an archived audit event must still say in the live table. Bundles archived before events
+# carried their id and actor id are matched on the rest, in order (the actor is a name there, and
+# renaming a user is not tampering).
+_EVENT_FIELDS = ("action", "actor_id", "role", "at", "details")
+_LEGACY_EVENT_FIELDS = ("action", "role", "at", "details")
+
+
+def _event_name(event: Mapping[str, Any], position: int) -> str:
+    label = f"{event['id']}" if "id" in event else f"#{position}"
+    return f"audit event {label} ({event.get('action')} at {event.get('at')})"
+
+
+def audit_trail_problem(archived: list[Mapping[str, Any]], live: list[Mapping[str, Any]]) -> str | None:
+    """Why the live audit trail of a decision no longer holds what its bundle archived, naming
+    the first event that is missing or changed; None when every archived event is still there as
+    it was (events written after signing, such as exports, are expected).
+
+    ``archived``: the bundle's ``audit`` list. ``live``: the decision's events now, in (time, id)
+    order, each with ``id``, ``action``, ``actor_id``, ``role``, ``at`` (ISO text), ``details``."""
+    by_id = {event.get("id"): event for event in live}
+    cursor = 0
+    for position, event in enumerate(archived, start=1):
+        fields: tuple[str, ...]
+        if "id" in event:
+            fields = _EVENT_FIELDS
+            found = by_id.get(event["id"])
+        else:
+            fields = _LEGACY_EVENT_FIELDS
+            found = None
+            for index in range(cursor, len(live)):
+                if all(live[index].get(k) == event.get(k) for k in ("action", "role", "at")):
+                    found, cursor = live[index], index + 1
+                    break
+        if found is None:
+            return f"{_event_name(event, position)} is missing from the live trail"
+        changed = [k for k in fields if canonical_json(found.get(k)) != canonical_json(event.get(k))]
+        if changed:
+            return f"{_event_name(event, position)} differs from its archived copy ({', '.join(changed)})"
+    return None

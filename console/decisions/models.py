@@ -4,7 +4,7 @@ Invariant held here (not a workflow): once a decision is signed (approved, rejec
 with conditions) its row, its sign-off and its archive record are never changed or deleted.
 The model refuses ``save()``/``delete()`` on a row that was loaded signed; on PostgreSQL a
 trigger (migration 0002) also refuses UPDATE/DELETE at the database level, so a queryset
-``update()`` or raw SQL cannot slip past either. Workflows (drafting, submitting, signing,
+``update()`` or raw SQL cannot slip past either, and another (migration 0004) refuses TRUNCATE. Workflows (drafting, submitting, signing,
 archiving) live in ``services.py``.
 """
 
@@ -120,6 +120,10 @@ class _AppendOnly(models.Model):
 class SignOff(_AppendOnly):
     decision = models.OneToOneField(Decision, on_delete=models.PROTECT, related_name="signoff")
     signer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # A user may be renamed later; what pages and the API show is the name that signed.
+    signer_username = models.CharField(
+        max_length=150, blank=True, help_text="the signer's username at signing"
+    )
     signer_role = models.CharField(max_length=20)
     verdict = models.CharField(max_length=30, choices=Decision.Status.choices)
     comment = models.TextField()

@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Prefetch, Q, QuerySet
 
 from console.analysis.comparison.schema import Summary
 from console.analysis.selectors import comparison_summary_for_experiment
@@ -252,13 +252,13 @@ def decision_snapshot(*, decision: Decision) -> dict[str, Any]:
 
 
 def decision_names(*, decision: Decision) -> dict[str, Any]:
-    """Human-readable names for the ids in the snapshot (as they are now; the bundle keeps them
-    as they were at signing)."""
+    """Human-readable names for the ids in the snapshot: the drafter's and the arm's as they are
+    now, the signer's as recorded at signing (the bundle keeps all of them as they were then)."""
     arm = decision.candidate_arm
     signoff = getattr(decision, "signoff", None) if decision.pk and decision.is_signed else None
     return {
         "created_by": decision.created_by.username,
-        "signer": signoff.signer.username if signoff else None,
+        "signer": signoff.signer_username if signoff else None,  # the name that signed
         "candidate_arm": arm.label if arm else None,
         "candidate_config_hash": arm.config.content_hash if arm else None,
     }
@@ -274,14 +274,30 @@ def decision_rollback(*, decision: Decision) -> dict[str, Any]:
     }
 
 
+def audit_event_live(event: AuditEvent) -> dict[str, Any]:
+    """An audit event's own columns, as a bundle archives them and verify_archive reads them back."""
+    return {
+        "id": event.pk,
+        "action": event.action,
+        "actor_id": event.actor_id,
+        "role": event.actor_role,
+        "at": iso_utc(event.at),
+        "details": event.details,
+    }
+
+
 def archive_verify() -> dict[str, Any]:
-    """Recompute the whole chain, compare each archived decision and sign-off with its bundle,
-    and check that every signed decision has a record. Returns :func:`archive.chain_verify`'s
+    """Recompute the whole chain, compare each archived decision, sign-off and audit trail with
+    its bundle, and check that every signed decision has a record. Returns :func:`archive.chain_verify`'s
     result plus ``count`` (records) and ``head_sha256`` (the last record's hash: an auditor who
     notes it can later tell whether records were removed from the end of the chain)."""
-    records = ArchiveRecord.objects.select_related(
-        "decision__candidate_arm__config", "decision__created_by", "decision__signoff__signer"
-    ).order_by("sequence")
+    records = (
+        ArchiveRecord.objects.select_related(
+            "decision__candidate_arm__config", "decision__created_by", "decision__signoff__signer"
+        )
+        .prefetch_related(Prefetch("decision__events", queryset=AuditEvent.objects.order_by("at", "id")))
+        .order_by("sequence")
+    )
 
     def rows():
         for rec in records.iterator(chunk_size=200):
@@ -294,6 +310,8 @@ def archive_verify() -> dict[str, Any]:
                 "record_sha256": rec.record_sha256,
                 "archived_at": iso_utc(rec.archived_at),
                 "live": decision_snapshot(decision=rec.decision),
+                "live_audit": [audit_event_live(e) for e in rec.decision.events.all()],
+                "live_signer": getattr(getattr(rec.decision, "signoff", None), "signer_username", None),
             }
 
     result = archive.chain_verify(rows())
@@ -363,16 +381,7 @@ def decision_bundle(*, decision: Decision) -> dict[str, Any]:
     evidence["supersedes"] = (
         {"decision_id": earlier.decision_id, "record_sha256": earlier.record_sha256} if earlier else None
     )
-    events = [
-        {
-            "action": e.action,
-            "actor": e.actor.username,
-            "role": e.actor_role,
-            "at": iso_utc(e.at),
-            "details": e.details,
-        }
-        for e in decision_events(decision=decision)
-    ]
+    events = [{"actor": e.actor.username} | audit_event_live(e) for e in decision_events(decision=decision)]
     return json_safe(
         {
             "schema": archive.BUNDLE_SCHEMA,

@@ -30,6 +30,7 @@ from console.decisions.words import checklist_words
 from console.errors import Conflict
 from console.experiments.models import Arm, Experiment
 from console.jsonutil import json_safe
+from console.traces.models import TRAFFIC_CLASSES
 
 SIGN_VERDICTS = (Decision.Status.APPROVED, Decision.Status.REJECTED, Decision.Status.APPROVED_WITH_CONDITIONS)
 EDITABLE_FIELDS = (
@@ -48,6 +49,20 @@ EDITABLE_FIELDS = (
     "rollback_owner",
     "rollback_verification",
 )
+# What a null in ``changes`` means for each field that has a "nothing" (the API's PATCH declares
+# exactly these nullable); a title, a proposal and a traffic class always have a value.
+CLEARED_BY_NULL: dict[str, Any] = {
+    "rationale": "",
+    "policy": None,
+    "policy_ref": "",
+    "gate_settings": {},
+    "checklist_answers": {},
+    "rollback_triggers": [],
+    "rollback_revert_config": {},
+    "rollback_steps": "",
+    "rollback_owner": "",
+    "rollback_verification": "",
+}
 
 
 class DecisionError(ValueError):
@@ -109,8 +124,16 @@ def _validate_changes(changes: Mapping[str, Any]) -> None:
             raise DecisionError(f"{key}: text")
     if "proposal" in changes and changes["proposal"] not in Decision.Proposal.values:
         raise DecisionError(f"unknown proposal {changes['proposal']!r}")
+    if "traffic_class" in changes:
+        _traffic_class_check(changes["traffic_class"])
     if problems := decision_text_problems(changes):
         raise DecisionError("; ".join(problems))
+
+
+def _traffic_class_check(value: Any) -> None:
+    """The one check of a decision's traffic class (the form offers the same choices)."""
+    if value not in TRAFFIC_CLASSES:
+        raise DecisionError(f"traffic_class: one of {', '.join(TRAFFIC_CLASSES)}, got {str(value)[:40]!r}")
 
 
 def _gate_settings_checked(
@@ -146,6 +169,7 @@ def decision_create(
     _require(author, roles.DRAFT_DECISION)
     if proposal not in Decision.Proposal.values:
         raise DecisionError(f"unknown proposal {proposal!r}")
+    _traffic_class_check(traffic_class)
     _validate_arm(experiment, proposal, candidate_arm)
     if problems := decision_text_problems({"title": title, "rationale": rationale, "policy_ref": policy_ref}):
         raise DecisionError("; ".join(problems))
@@ -196,6 +220,7 @@ def decision_update(
     unknown = set(changes) - set(EDITABLE_FIELDS)
     if unknown:
         raise DecisionError(f"not editable: {', '.join(sorted(unknown))}")
+    changes = {k: CLEARED_BY_NULL[k] if v is None and k in CLEARED_BY_NULL else v for k, v in changes.items()}
     _validate_changes(changes)
     if "gate_settings" in changes:
         changes = {
@@ -227,7 +252,9 @@ def decision_submit_problems(*, decision: Decision) -> list[str]:
         problems.append("name the slice policy")
     unanswered = checklist.checklist_unanswered(decision.checklist or [])
     if unanswered:
-        problems.append("answer the checklist: " + ", ".join(f"“{checklist_words(key)}”" for key in unanswered))
+        problems.append(
+            "answer the checklist: " + ", ".join(f"“{checklist_words(key)}”" for key in unanswered)
+        )
     missing = checklist.rollback_complete(selectors.decision_rollback(decision=decision))
     if missing:
         problems.append("complete the rollback plan: " + ", ".join(missing))
@@ -305,6 +332,7 @@ def decision_sign(
             SignOff.objects.create(
                 decision=decision,
                 signer=signer,
+                signer_username=signer.get_username(),
                 signer_role=user_role(signer) or "",
                 verdict=verdict,
                 comment=comment.strip(),
@@ -354,15 +382,16 @@ def _signoff_checked(
     failing = override_required(decision=decision, verdict=verdict)
     if failing and not override_reason.strip():
         raise DecisionError(
-            "the gate does not pass (" + "; ".join(TITLES.get(k, k) for k in failing)
+            "the gate does not pass ("
+            + "; ".join(TITLES.get(k, k) for k in failing)
             + "): approving needs an override reason"
         )
     return failing
 
 
 def _signed_already(decision: Decision) -> str:
-    signoff = SignOff.objects.select_related("signer").filter(decision_id=decision.pk).first()
-    who = f" by {signoff.signer.username} at {selectors.iso_utc(signoff.signed_at)}" if signoff else ""
+    signoff = SignOff.objects.filter(decision_id=decision.pk).first()
+    who = f" by {signoff.signer_username} at {selectors.iso_utc(signoff.signed_at)}" if signoff else ""
     return f"decision #{decision.pk} was already signed{who}: your sign-off was not recorded"
 
 

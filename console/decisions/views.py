@@ -303,7 +303,7 @@ def archive_list(request: HttpRequest):
             "title": "title",
             "model": "experiment__target_model",
             "status": "status",
-            "signer": "signoff__signer__username",
+            "signer": "signoff__signer_username",
             "signed": "signoff__signed_at",
         },
         default="-sequence",

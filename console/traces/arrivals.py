@@ -10,6 +10,12 @@ Specs (rates in requests per second, offsets in seconds from the trace start, fi
 - ``trace``: the file's own arrival times (the default where the file has them).
 
 Generation uses ``random.Random(seed)``, so a spec and a seed always give the same arrivals.
+
+Bounds (checked when a spec is parsed, so a degenerate process is a located error, never a crash
+while arrivals are drawn): RATE from 1e-6 to 1e6 requests per second (one request every 11.6
+days to one every microsecond); CV from 0.001 to 10. Outside them a double cannot carry the
+process: the gamma shape 1/CV**2 rounds to 0 or overflows, and above CV 10 most gaps underflow
+to exactly 0 s.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 PROCESSES = ("constant", "poisson", "gamma")
+RATE_RANGE = (1e-6, 1e6)  # requests per second
+CV_RANGE = (1e-3, 10.0)  # coefficient of variation of the gaps
 
 
 class ArrivalSpecError(ValueError):
@@ -47,13 +55,16 @@ class ArrivalSpec:
         return self.kind in PROCESSES
 
 
-def _positive(text: str, what: str, spec: str) -> float:
+def _positive(text: str, what: str, spec: str, bounds: tuple[float, float]) -> float:
     try:
         value = float(text)
     except ValueError:
         raise ArrivalSpecError(f"{spec!r}: {what} {text!r} is not a number") from None
     if not math.isfinite(value) or value <= 0:
         raise ArrivalSpecError(f"{spec!r}: {what} must be a positive number, got {text}")
+    low, high = bounds
+    if not low <= value <= high:
+        raise ArrivalSpecError(f"{spec!r}: {what} must be between {low:g} and {high:g}, got {text}")
     return value
 
 
@@ -72,14 +83,16 @@ def arrival_spec_parse(spec: str) -> ArrivalSpec:
     if kind in ("constant", "poisson"):
         if len(parts) != 1:
             raise ArrivalSpecError(f"{spec!r}: use {kind}:RATE (requests per second)")
-        return ArrivalSpec(kind, rate=_positive(parts[0], "RATE", spec))
+        return ArrivalSpec(kind, rate=_positive(parts[0], "RATE", spec, RATE_RANGE))
     if kind == "gamma":
         if len(parts) != 2:
             raise ArrivalSpecError(
                 f"{spec!r}: use gamma:RATE:CV (requests per second, coefficient of variation)"
             )
         return ArrivalSpec(
-            "gamma", rate=_positive(parts[0], "RATE", spec), cv=_positive(parts[1], "CV", spec)
+            "gamma",
+            rate=_positive(parts[0], "RATE", spec, RATE_RANGE),
+            cv=_positive(parts[1], "CV", spec, CV_RANGE),
         )
     raise ArrivalSpecError(
         f"{spec!r} is not an arrival process: use constant:RATE, poisson:RATE, gamma:RATE:CV, borrow:SOURCE or trace"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -27,6 +28,13 @@ from console.traces.tokens import ESTIMATE_NAME, TokenCounter, prompt_tokens
 from console.traces.validation import request_schema_errors, request_semantic_errors
 
 _MOD = 1 << 256
+# A JSON string may escape half of a UTF-16 pair on its own ("\\ud800"): Python decodes it to a
+# code point that is no character, which UTF-8 (the hash, the database) cannot encode.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+SURROGATE_MESSAGE = (
+    "contains a lone UTF-16 surrogate (an escape such as \\ud800 without its pair), which is not "
+    "a character: write the character itself, or both halves of its pair"
+)
 
 
 @dataclass
@@ -212,6 +220,12 @@ class TraceBuilder:
                 )
                 return None
             data["arrival_s"] = clock_arrival
+        request_id, session_id, _ = accepted
+        for field, value in (("id", request_id), ("session_id", session_id)):
+            # before the row: its split is a hash of the session id (isascii: the common case, fast)
+            if not value.isascii() and _SURROGATE.search(value):
+                self.errors.add(line, field, SURROGATE_MESSAGE)
+                return None
         row = self._row(data, *accepted)
         try:
             texts = json_texts(row)
@@ -222,7 +236,12 @@ class TraceBuilder:
         if "\x00" in key or "\\u0000" in key:
             self.errors.add(line, None, "contains a NUL character (\\u0000), which cannot be stored")
             return None
-        self._count(row, key)
+        try:
+            encoded = key.encode()  # the bytes hashed; a lone surrogate has none in UTF-8
+        except UnicodeEncodeError:
+            self.errors.add(line, _surrogate_field(row, texts), SURROGATE_MESSAGE)
+            return None
+        self._count(row, encoded)
         self._index += 1
         return row, texts
 
@@ -263,10 +282,10 @@ class TraceBuilder:
             self._think_time(data, session_id, turn) if turn else 0.0,
         )
 
-    def _count(self, row: tuple, key: str) -> None:
-        """Add a stored request to the content hash (its key's sha256, summed mod 2**256 at the end:
-        file order does not matter), the sort check and the summary."""
-        self.content_hash += int.from_bytes(hashlib.sha256(key.encode()).digest(), "big")
+    def _count(self, row: tuple, key: bytes) -> None:
+        """Add a stored request to the content hash (the sha256 of its key's UTF-8 bytes, summed
+        mod 2**256 at the end: file order does not matter), the sort check and the summary."""
+        self.content_hash += int.from_bytes(hashlib.sha256(key).digest(), "big")
         arrival = row[2]
         if arrival < self._last_arrival:
             self.out_of_order += 1
@@ -338,3 +357,22 @@ class TraceBuilder:
         data["multi_turn_sessions"] = self.sessions.multi_turn
         data["turns_max"] = self.sessions.turns_max
         return data
+
+
+def _surrogate_field(row: tuple, texts: tuple[str | None, ...]) -> str | None:
+    """The first field of a built row (``ROW_FIELDS`` positions, JSON columns as text) that holds
+    a lone surrogate, by its trace-format name."""
+    candidates = (
+        ("id", row[1]),
+        ("prompt", row[3]),
+        ("messages", texts[0]),
+        ("response_format", texts[1]),
+        ("tools", texts[2]),
+        ("metadata", texts[3]),
+        ("task", row[9]),
+        ("class", row[10]),
+        ("session_id", row[17]),
+    )
+    return next(
+        (name for name, value in candidates if isinstance(value, str) and _SURROGATE.search(value)), None
+    )
