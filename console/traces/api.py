@@ -20,6 +20,7 @@ from console.traces.parsers.mapped import (
     SYSTEM_PROMPT_MAX_CHARS,
     field_mapping_parse,
 )
+from console.traces.redaction import MAX_PATTERN_CHARS, MAX_PATTERNS
 from console.traces.services import trace_import
 from console.traces.uploads import upload_size_guard
 
@@ -114,8 +115,16 @@ def traces_upload(
     keep_field: list[text(PATH_MAX_CHARS)] = Form(  # type: ignore[valid-type]
         [], max_length=KEEP_FIELDS_MAX, description="dotted paths kept in metadata; repeat the field"
     ),
-    turns: Literal["first", "all"] = Form("first", description="multi-turn prompt sets: first turn, or all as sessions"),
+    turns: Literal["first", "all"] = Form(
+        "first", description="multi-turn prompt sets: first turn, or all as sessions"
+    ),
     think_time: text(100) = Form("", description="before later turns: const:SECONDS, exp:MEAN, none"),  # type: ignore[valid-type]
+    redact: bool = Form(
+        False, description="replace e-mails, phone and card numbers, keys, IPs by placeholders before storing"
+    ),
+    redact_patterns: text(MAX_PATTERNS * (MAX_PATTERN_CHARS + 40)) = Form(  # type: ignore[valid-type]
+        "", description="with redact: your own NAME=REGEX patterns, one a line"
+    ),
 ):
     """Needs permission accounts.upload_trace. The size limit (SPECREVIEW_TRACE_MAX_BYTES) is checked
     against Content-Length before the body is read, and again while it streams in: 413. A gzip file of
@@ -144,6 +153,8 @@ def traces_upload(
             mapping=mapping,
             turns=turns,
             think_time=think_time or None,
+            redact=redact,
+            redact_patterns=redact_patterns,
         )
     except TraceImportError as exc:
         raise ApiError(400, f"invalid trace: {exc}", details=exc.as_dict()) from None

@@ -14,6 +14,7 @@ from console.traces.parsers.mapped import (
     SYSTEM_PROMPT_MAX_CHARS,
     field_mapping_parse,
 )
+from console.traces.redaction import MAX_PATTERN_CHARS, MAX_PATTERNS, RedactionError, patterns_parse
 from console.traces.selectors import pairing_pool_choices
 from console.traces.sessions import ThinkTimeSpecError, think_time_spec_parse
 
@@ -110,6 +111,19 @@ class TraceUploadForm(forms.Form):
         max_length=100,
         help_text="Before each later turn: const:SECONDS, exp:MEAN_SECONDS or none (seeded by the seed).",
     )
+    redact = forms.BooleanField(
+        label="Redact before storing",
+        required=False,
+        help_text="Replace e-mail addresses, phone and card numbers, keys and tokens, and IP addresses "
+        "by typed placeholders ([EMAIL_1]) before anything is stored; the replay sends the redacted text.",
+    )
+    redact_patterns = forms.CharField(
+        label="Your own patterns",
+        required=False,
+        max_length=MAX_PATTERNS * (MAX_PATTERN_CHARS + 40),
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="With redaction: one NAME=REGEX a line (EMPLOYEE=EMP-\\d{6}), replaced by [NAME_1].",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -156,9 +170,23 @@ class TraceUploadForm(forms.Form):
         "keep_fields",
     )
 
+    REDACTION_FIELDS = ("redact", "redact_patterns")
+
     def main_fields(self) -> list:
         """The fields every upload uses, shown first."""
-        return [self[name] for name in self.fields if name not in self.MAPPING_FIELDS]
+        skip = self.MAPPING_FIELDS + self.REDACTION_FIELDS
+        return [self[name] for name in self.fields if name not in skip]
+
+    def redaction_fields(self) -> list:
+        return [self[name] for name in self.REDACTION_FIELDS]
+
+    def clean_redact_patterns(self) -> str:
+        value = self.cleaned_data["redact_patterns"]
+        try:
+            patterns_parse(value)
+        except RedactionError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return value
 
     def mapping_fields(self) -> list:
         """The field mapping for prompt sets in any layout, shown together."""

@@ -21,6 +21,7 @@ from console.traces.columns import NotFiniteError, content_key, json_texts
 from console.traces.errors import ErrorLog
 from console.traces.pairing import PromptPool, record_pair
 from console.traces.parsers import PARSERS, REQUESTS, TIMING, ParseContext, Record
+from console.traces.redaction import RedactionError, Redactor, record_redact
 from console.traces.sessions import SessionChecker, ThinkTimeSpec
 from console.traces.splits import split_assigner, split_trace_key
 from console.traces.summary import Summary
@@ -56,6 +57,7 @@ class ImportOptions:
     mapping: Any = None  # parsers.mapped.FieldMapping: where a field-mapped prompt set keeps its fields
     turns: str = "first"  # multi-turn prompt sets: "first" turn only, or "all" turns as sessions
     think_time: ThinkTimeSpec | None = None  # for later turns that carry none (seconds)
+    redactor: Redactor | None = None  # redaction at import: every request's text, before it is stored
 
 
 class TraceBuilder:
@@ -213,6 +215,12 @@ class TraceBuilder:
         None (the problem reported) if what it holds cannot be stored."""
         data = record.data
         line = record.line
+        if self.options.redactor is not None:
+            try:
+                data = record_redact(data, redactor=self.options.redactor)
+            except RedactionError as exc:
+                self.errors.add(line, None, str(exc))
+                return None
         if clock_arrival is not None:
             if not math.isfinite(clock_arrival):
                 self.errors.add(

@@ -126,6 +126,8 @@ def import_options_record(options: ImportOptions, *, pair_with: str | None) -> d
     }
     if options.mapping is not None:
         record["mapping"] = options.mapping.as_dict()
+    if options.redactor is not None:
+        record["redact"] = [kind.pattern.pattern for kind in options.redactor.extra]
     if options.turns != "first" or options.think_time is not None:
         record["turns"] = options.turns
         record["think_time"] = str(options.think_time) if options.think_time else ""

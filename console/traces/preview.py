@@ -15,6 +15,7 @@ from console.traces.errors import TraceError, TraceImportError
 from console.traces.importer import ImportOptions, TraceBuilder
 from console.traces.parsers import PARSERS, TIMING
 from console.traces.parsers.mapped import FieldMapping
+from console.traces.redaction import Redactor
 from console.traces.sources import file_content, file_hash_limited, file_unwrapped, format_resolve
 
 PREVIEW_RECORDS = 5
@@ -41,9 +42,11 @@ def trace_preview(
     default_max_tokens: int = 256,
     max_bytes: int | None = None,
     limit: int = PREVIEW_RECORDS,
+    redactor: Redactor | None = None,
 ) -> TracePreview:
     """The first ``limit`` requests (id, task, prompt or messages, max_tokens, metadata) as the import
-    would build them, through the same detection, decompression, mapping and validation; stores nothing.
+    would build them, through the same detection, decompression, mapping, redaction and validation;
+    stores nothing.
 
     A file that cannot be read at all (size, gzip, format) raises ``TraceImportError``; problems in
     records come back in ``errors`` with the requests before them, so a mapping can be fixed by eye.
@@ -68,6 +71,7 @@ def trace_preview(
             default_task=default_task,
             mapping=mapping,
             error_cap=limit,
+            redactor=redactor,
         ),
     )
     shown = ("request_id", "task", "prompt", "messages", "max_tokens", "tools", "response_format", "metadata")

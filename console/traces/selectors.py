@@ -14,6 +14,7 @@ from django.db.models.functions import Mod
 from console.figures import figure_html
 from console.traces.models import Trace, TraceRequest
 from console.traces.parsers import PARSERS, TIMING
+from console.traces.redaction import redaction_sentence
 
 FIGURE_SAMPLE = 200_000  # rows read for the histograms; larger traces are sampled evenly by position
 
@@ -44,7 +45,13 @@ def trace_sample_requests(*, trace: Trace, n: int = 12) -> list[TraceRequest]:
     return list(trace_requests(trace=trace).filter(position__in=positions))
 
 
-SUMMARY_FIGURES = ("prompt_tokens_mean", "prompt_tokens_max", "max_tokens_mean", "max_tokens_max", "duration_s")
+SUMMARY_FIGURES = (
+    "prompt_tokens_mean",
+    "prompt_tokens_max",
+    "max_tokens_mean",
+    "max_tokens_max",
+    "duration_s",
+)
 
 
 def trace_summary(*, trace: Trace) -> dict[str, Any]:
@@ -178,6 +185,19 @@ def trace_content_kind(*, trace: Trace) -> str:
 
 def trace_is_paired(*, trace: Trace) -> bool:
     return trace.is_paired or trace_content_kind(trace=trace) == TIMING
+
+
+def trace_redaction(*, trace: Trace) -> dict[str, Any] | None:
+    """What redaction at import replaced (a sentence, and the team's own pattern names); None if the
+    trace was not redacted."""
+    stored = (trace.metadata or {}).get("redaction")
+    if not isinstance(stored, dict):
+        return None
+    replaced = {str(k): int(v) for k, v in (stored.get("replaced") or {}).items()}
+    return {
+        "sentence": redaction_sentence(replaced),
+        "patterns": [str(p) for p in stored.get("patterns") or []],
+    }
 
 
 def pairing_pool_choices() -> list[tuple[str, str]]:

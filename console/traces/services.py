@@ -24,6 +24,7 @@ from console.traces.models import Trace
 from console.traces.options import NAME_MAX_CHARS, import_key, import_options_parse, import_options_record
 from console.traces.parsers import PARSERS, TIMING
 from console.traces.parsers.mapped import FieldMapping
+from console.traces.redaction import RedactionError, Redactor, patterns_parse, redaction_sentence
 from console.traces.sources import (
     borrowed_arrivals_load,
     file_content,
@@ -82,6 +83,8 @@ def trace_import(
     mapping: FieldMapping | None = None,
     turns: str = "first",
     think_time: str | None = None,
+    redact: bool = False,
+    redact_patterns: str = "",
 ) -> TraceImportResult:
     """Import a trace file in one transaction; raise ``TraceImportError`` (nothing stored) on bad input.
 
@@ -95,7 +98,9 @@ def trace_import(
     file is read through the compression, with ``max_bytes`` applied to the decompressed bytes.
     ``turns``: ``first`` (multi-turn prompt sets give one request per conversation) or ``all`` (every
     turn, as a session); ``think_time``: ``const:SECONDS`` / ``exp:MEAN`` / ``none``, for later turns
-    that give none.
+    that give none. ``redact``: replace e-mail addresses, phone and card numbers, keys and IP
+    addresses (and the ``NAME=REGEX`` lines of ``redact_patterns``) by typed placeholders before
+    anything is stored (console/traces/redaction.py); the trace's hash is then the redacted text's.
 
     Long because: the signature is the import's public options (pages, API, CLI, demo); the body is
     the steps in order, one call each.
@@ -134,6 +139,7 @@ def trace_import(
         mapping=mapping,
         turns=turns,
         think_time=think,
+        redactor=_redactor(redact=redact, patterns=redact_patterns),
     )
     recorded = import_options_record(options, pair_with=pair_with)
     key = import_key(upload.sha256, recorded)
@@ -151,6 +157,8 @@ def trace_import(
         other = same_content.trace
         return TraceImportResult(other, False, f"The same requests are already stored as trace {other.pk}.")
     message = f"Imported {trace.request_count} requests as trace {trace.pk}."
+    if options.redactor is not None:
+        message += f" {redaction_sentence(options.redactor.summary())}"
     if trace.warnings:
         message += f" {len(trace.warnings)} warning(s): see the trace page."
     return TraceImportResult(trace, True, message)
@@ -269,7 +277,27 @@ def _trace_summarise(
     }
     if decompressed_size is not None:
         trace.metadata["compression"] = {"format": "gzip", "decompressed_bytes": decompressed_size}
+    redactor = builder.options.redactor
+    if redactor is not None:
+        trace.metadata["redaction"] = {
+            "replaced": redactor.summary(),
+            "patterns": [kind.name for kind in redactor.extra],
+        }
     trace.save()
+
+
+def _redactor(*, redact: bool, patterns: str) -> Redactor | None:
+    """The import's redactor (None when not asked for); a bad team pattern is a bad option."""
+    if not redact:
+        if patterns.strip():
+            raise TraceImportError(
+                [TraceError(None, "redact_patterns", "given without redact: turn redaction on")]
+            )
+        return None
+    try:
+        return Redactor(extra=patterns_parse(patterns))
+    except RedactionError as exc:
+        raise TraceImportError([TraceError(None, "redact_patterns", str(exc))]) from None
 
 
 def trace_import_path(*, path: str | Path, name: str = "", uploaded_by: Any | None = None, **options: Any):

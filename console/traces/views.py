@@ -18,6 +18,7 @@ from console.traces.errors import TraceError, TraceImportError
 from console.traces.forms import TraceUploadForm
 from console.traces.models import Trace
 from console.traces.preview import TracePreview, trace_preview
+from console.traces.redaction import Redactor, patterns_parse
 from console.traces.services import TraceInUseError, trace_delete, trace_import
 from console.traces.uploads import refused_message, upload_size_refusal
 
@@ -84,6 +85,8 @@ def _upload(request: HttpRequest) -> HttpResponse:
                     mapping=data.get("mapping"),
                     turns=data["turns"] or "first",
                     think_time=data["think_time"] or None,
+                    redact=data.get("redact", False),
+                    redact_patterns=data.get("redact_patterns", ""),
                 )
             except TraceImportError as exc:
                 import_error = exc
@@ -111,6 +114,9 @@ def _preview(request: HttpRequest, form: TraceUploadForm, *, xhr: bool) -> HttpR
             mapping=data.get("mapping"),
             default_task=data.get("default_task") or None,
             default_max_tokens=data["default_max_tokens"],
+            redactor=Redactor(extra=patterns_parse(data.get("redact_patterns", "")))
+            if data.get("redact")
+            else None,
         )
     except TraceImportError as exc:
         import_error = exc
@@ -171,6 +177,7 @@ def trace_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
         "samples": samples,
         "paired": selectors.trace_is_paired(trace=trace),
         "content_kind": selectors.trace_content_kind(trace=trace),
+        "redaction": selectors.trace_redaction(trace=trace),
         "experiments": list(trace.experiments.order_by("-created_at")[:20]),
     }
     return render(request, "traces/detail.html", context)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -45,6 +46,17 @@ class Command(BaseCommand):
             default=None,
             help="think time before later turns: const:SECONDS, exp:MEAN_SECONDS or none (seeded by --seed)",
         )
+        parser.add_argument(
+            "--redact",
+            action="store_true",
+            help="replace e-mail addresses, phone and card numbers, keys and IP addresses by placeholders before storing",
+        )
+        parser.add_argument(
+            "--redact-patterns",
+            dest="redact_patterns_file",
+            default=None,
+            help="with --redact: a file of your own NAME=REGEX patterns, one a line",
+        )
         parser.add_argument("--max-bytes", type=int, default=None, help="size limit (bytes)")
         parser.add_argument("--user", default=None, help="username recorded as the uploader")
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -80,6 +92,14 @@ class Command(BaseCommand):
         keys = ("name", "source_format", "arrival", "pair_with", "seed", "default_max_tokens", "default_task")
         keys_sessions = ("turns", "think_time")
         kwargs = {k: options[k] for k in keys + keys_sessions}
+        kwargs["redact"] = options["redact"]
+        if options["redact_patterns_file"]:
+            try:
+                kwargs["redact_patterns"] = Path(options["redact_patterns_file"]).read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise CommandError(
+                    f"cannot read --redact-patterns {options['redact_patterns_file']}: {exc}"
+                ) from None
         try:
             kwargs["mapping"] = _mapping(options)
             result = trace_import_path(
@@ -98,7 +118,6 @@ class Command(BaseCommand):
             raise SystemExit(2) from None
         trace = result.trace
         if json:
-
             self.stdout.write(_dumps({"created": result.created, "trace": trace_as_dict(trace, detail=True)}))
             return
         self.stdout.write(str(trace.pk))
