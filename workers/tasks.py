@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
+from console.analysis.sequential_looks import experiment_sequential_advance
 from console.analysis.services import comparison_refresh
 from console.experiments.runs import runs_reap as reap
 from console.experiments.worker_ping import worker_heartbeat_record
@@ -27,7 +28,11 @@ def ping(*, note: str) -> str:
     time_limit=1900,
 )
 def compute_comparison(*, experiment_id: int) -> str:
-    return "computed" if comparison_refresh(experiment_id=experiment_id) is not None else "no baseline"
+    if comparison_refresh(experiment_id=experiment_id) is None:
+        return "no baseline"
+    # Run until decided: look at the refreshed comparison, then stop or add a repeat (conditional
+    # writes keyed on the repeat count: a redelivered or concurrent task adds nothing twice).
+    return f"computed; {experiment_sequential_advance(experiment_id=experiment_id)}"
 
 
 @shared_task(

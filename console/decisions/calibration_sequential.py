@@ -1,4 +1,4 @@
-"""Calibration of the run-until-decided stopping rule (:mod:`console.analysis.sequential`).
+"""Calibration of the run-until-decided stopping rule (:mod:`console.experiments.sequential`).
 
 The same generative model, pool and truths as the fixed designs (:mod:`.calibration`): each
 simulated experiment draws ``n`` requests and ``MAX_REPEATS`` repeats of both arms, then is
@@ -34,8 +34,8 @@ import pandas as pd
 from console.analysis.comparison.bootstrap import bootstrap_distributions, point_stat
 from console.analysis.comparison.intervals import paired_delta
 from console.analysis.comparison.noise import noise_floors
-from console.analysis.sequential import DECIDED, Look, Plan, look_outcome, stop_decide
 from console.decisions.calibration import TARGETS, Pool, experiment_simulate, population
+from console.experiments.sequential import DECIDED, Look, Plan, look_outcome, stop_decide
 
 MAX_REPEATS = 5
 FIRST_LOOK = 2

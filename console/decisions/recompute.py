@@ -41,6 +41,8 @@ def decision_recompute(*, decision: Decision, comparison: Summary | None) -> Non
                 comparison, candidate_arm=label, traffic_class=decision.traffic_class, exact_expected=exact,
                 capacity_bytes=capacity,
             )
+        # run until decided: criterion 2 reads the primary endpoint at the looks' adjusted level
+        gate.gate_sequential_attach(facts, until_decided=decision.experiment.until_decided, comparison_key=comparison.key)
         decision.comparison_key = comparison.key[:64]
     else:
         facts = stored

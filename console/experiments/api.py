@@ -65,6 +65,23 @@ class CandidateIn(Strict):
     engine: EngineKind | None = Field(None, description="must equal the experiment's engine")
 
 
+class UntilDecidedIn(Strict):
+    """Run until decided (docs/statistics.md): ``repeats`` is then the first batch."""
+
+    max_repeats: int = Field(ge=1, le=50, description="the most repeats, the first batch included")
+    margin_s: float | None = Field(
+        None,
+        ge=0,
+        le=86_400,
+        allow_inf_nan=False,
+        description="equivalence margin in the primary endpoint's unit (seconds); null or 0: no equivalence decision",
+    )
+    max_runs: int | None = Field(None, ge=1, le=1_000_000, description="run budget")
+    max_accelerator_hours: float | None = Field(
+        None, gt=0, le=1e6, allow_inf_nan=False, description="budget of busy accelerator-hours"
+    )
+
+
 class ExperimentIn(Strict):
     trace: Id = Field(description="id of a stored trace")
     start: bool = Field(True, description="queue the runs now; false leaves a draft")
@@ -106,6 +123,11 @@ class ExperimentIn(Strict):
         "parallel",
         description="parallel: every run released at once; lockstep: one run at a time in matrix order, "
         "so the interleaving holds with many workers (docs/gpu-workers.md)",
+    )
+    until_decided: UntilDecidedIn | None = Field(
+        None,
+        description="add repeats one at a time until the declared primary endpoint is decided or the budget is "
+        "spent (needs endpoints.primary_metric); null = off",
     )
     notes: text(LONG_TEXT) = ""  # type: ignore[valid-type]
 
@@ -172,6 +194,9 @@ class ExperimentOut(Open):
     load_levels: list[Any]
     output_buckets: list[Any]
     repeats: int
+    until_decided: dict[str, Any] | None = Field(
+        None, description="run until decided: the plan, each look and the stop (docs/statistics.md); null = off"
+    )
     progress: dict[str, Any]
     runs: list[RunOut]
     fit_assessment: FitAssessmentOut | None = Field(

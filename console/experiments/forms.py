@@ -97,7 +97,11 @@ class ExperimentForm(forms.Form):
         help_text="seconds, per traffic class",
     )
     sampling = forms.ChoiceField(choices=[("trace", "keep each request's"), ("greedy", "force greedy")])
-    repeats = forms.IntegerField(min_value=1, initial=3)
+    repeats = forms.IntegerField(
+        min_value=1,
+        initial=3,
+        help_text="with run until decided: the first batch; more are added one at a time until decided",
+    )
     warmup = forms.IntegerField(min_value=0, initial=1)
     cost_per_hour_usd = forms.FloatField(min_value=0, initial=2.0, label="Cost per accelerator-hour (USD)")
     power_price_usd_per_kwh = forms.FloatField(min_value=0, required=False, label="Power price (USD/kWh)")
@@ -160,9 +164,55 @@ class ExperimentForm(forms.Form):
     capacity_lo = forms.FloatField(required=False, initial=0.25, label="Capacity bracket low (x trace rate)")
     capacity_hi = forms.FloatField(required=False, initial=16.0, label="Capacity bracket high (x trace rate)")
     capacity_steps = forms.IntegerField(required=False, initial=5, label="Capacity steps per search (1-8)")
+    until_decided = forms.BooleanField(
+        required=False,
+        label="Run until decided",
+        help_text="after the first batch of repeats, add one repeat at a time until the primary endpoint is "
+        "better, worse or equivalent at every candidate and load (each look's interval adjusted for the "
+        "looks), or the budget is spent (docs/statistics.md)",
+    )
+    until_max_repeats = forms.IntegerField(
+        required=False, min_value=1, max_value=50, initial=8, label="Until decided: most repeats (first batch included)"
+    )
+    until_margin_s = forms.FloatField(
+        required=False,
+        min_value=0,
+        label="Until decided: equivalence margin (s)",
+        help_text="in the primary endpoint's unit (seconds); empty or 0: no equivalence decision",
+    )
+    until_max_runs = forms.IntegerField(required=False, min_value=1, label="Until decided: run budget")
+    until_max_accelerator_hours = forms.FloatField(
+        required=False, label="Until decided: accelerator-hour budget", help_text="busy wall time x accelerators"
+    )
     start_now = forms.BooleanField(required=False, initial=True)
 
     CAPACITY_FIELDS = ("capacity_search", "capacity_slo", "capacity_lo", "capacity_hi", "capacity_steps")
+    UNTIL_FIELDS = (
+        "until_decided",
+        "until_max_repeats",
+        "until_margin_s",
+        "until_max_runs",
+        "until_max_accelerator_hours",
+    )
+
+    def until_decided_value(self) -> dict | None:
+        """The ``until_decided`` option from the cleaned form (the service validates it)."""
+        data = self.cleaned_data
+        if not data.get("until_decided"):
+            return None
+        out: dict = {"max_repeats": data.get("until_max_repeats")}
+        for key in ("margin_s", "max_runs", "max_accelerator_hours"):
+            if data.get(f"until_{key}") is not None:
+                out[key] = data[f"until_{key}"]
+        return out
+
+    def clean(self):
+        data = super().clean()
+        if data.get("until_decided") and not self.errors.get("primary_metric") and not data.get("primary_metric"):
+            self.add_error("primary_metric", "run until decided decides on the primary endpoint: declare one")
+        if data.get("until_decided") and data.get("until_max_repeats") is None and "until_max_repeats" not in self.errors:
+            self.add_error("until_max_repeats", "run until decided needs the most repeats it may run")
+        return data
 
     def capacity_search_value(self) -> dict | None:
         """The ``capacity_search`` option from the cleaned form (the service validates it)."""
@@ -208,4 +258,12 @@ class ExperimentForm(forms.Form):
             if field == "capacity_search":
                 target = "capacity_slo"
             for message in messages:
-                self.add_error(target, f"candidate {int(index) + 1}: {message}" if index else message)
+                where = _until_target(message) if field == "until_decided" else target
+                self.add_error(where, f"candidate {int(index) + 1}: {message}" if index else message)
+
+
+def _until_target(message: str) -> str:
+    """The form field an ``until_decided`` service error belongs to (``until_decided.max_runs: ...``
+    goes beside the run budget)."""
+    key = message.partition(":")[0].partition(".")[2]
+    return f"until_{key}" if key in ("max_repeats", "margin_s", "max_runs", "max_accelerator_hours") else "until_decided"

@@ -78,6 +78,12 @@ class Experiment(models.Model):
         blank=True,
         help_text="capacity search per arm and repeat (console.experiments.capacity_search); null = off",
     )
+    until_decided = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="run until decided (console.experiments.until_decided): the plan declared before it runs, "
+        "its looks and the stop; empty = off (``repeats`` is then the first batch, and grows)",
+    )
 
     class Meta:
         ordering = ["-created_at"]

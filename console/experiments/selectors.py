@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from django.utils import timezone
 
 from console.experiments.models import Experiment, Run
+from console.experiments.sequential import DECIDED
+from console.words import metric_words
 
 TERMINAL = {Run.Status.DONE, Run.Status.FAILED, Run.Status.CANCELLED}
 
@@ -110,6 +112,7 @@ def experiment_status_payload(*, experiment: Experiment) -> dict:
         "load_levels": experiment.load_levels,
         "output_buckets": experiment.output_buckets or [],
         "repeats": experiment.repeats,
+        "until_decided": experiment.until_decided or None,
         "progress": progress.as_dict(),
         "runs": [
             {
@@ -126,4 +129,34 @@ def experiment_status_payload(*, experiment: Experiment) -> dict:
             }
             for r in runs
         ],
+    }
+
+
+def experiment_until_decided(*, experiment: Experiment) -> dict | None:
+    """What the experiment page shows of a run-until-decided experiment (None: not one): its plan
+    (``looks_max`` K, the primary endpoint in words), ``state`` (``"first look"`` before any,
+    ``"continue"`` after a look that added a repeat, ``"stopped"``, ``"ended"``: cancelled or
+    failed before it decided), the last look's endpoints and the stop with the endpoints it
+    decided and those it left undecided. Every interval, floor and margin in seconds."""
+    record = experiment.until_decided or {}
+    if not record:
+        return None
+    looks = record.get("looks") or []
+    stop = record.get("stop")
+    state = "stopped" if stop else "continue" if looks else "first look"
+    if not stop and experiment.status in (Experiment.Status.CANCELLED, Experiment.Status.FAILED):
+        state = "ended"
+    ends = experiment.endpoints or {}
+    decided = [e for e in (stop or {}).get("endpoints", []) if e["outcome"] in DECIDED]
+    return {
+        "plan": record,
+        "looks_max": int(record["max_repeats"]) - int(record["first_look"]) + 1,
+        "metric_label": metric_words(record.get("metric"), record.get("stat")),
+        "promised_class": ends.get("promised_class"),
+        "state": state,
+        "look_count": len(looks),
+        "last_look": looks[-1] if looks else None,
+        "stop": stop,
+        "decided": decided,
+        "undecided": [e for e in (stop or {}).get("endpoints", []) if e["outcome"] not in DECIDED],
     }

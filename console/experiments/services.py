@@ -8,26 +8,28 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from celery import current_app
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from console.experiments.arms import arms_resolve, arms_store
-from console.experiments.capacity_search import capacity_first_runs, capacity_search_clean
+from console.experiments.capacity_search import capacity_search_clean
 from console.experiments.endpoints import EndpointError, endpoints_resolve
 from console.experiments.enqueue import run_enqueue
 from console.experiments.matrix import (
-    LoadLevel,
     OutputBucket,
     bucket_of,
     load_levels_parse,
-    matrix_order,
     output_buckets_parse,
     recorded_output_tokens,
 )
-from console.experiments.models import Arm, Experiment, Run
+from console.experiments.matrix_runs import repeats_runs
+from console.experiments.matrix_runs import (
+    run_queue as run_queue,  # named here by settings.py and the vllm docs
+)
+from console.experiments.models import Experiment, Run
 from console.experiments.runs import experiment_status_refresh
 from console.experiments.scheduling import LOCKSTEP, lockstep_release, scheduling_check
+from console.experiments.until_decided import until_decided_clean, until_decided_declared
 from console.traces.models import TRAFFIC_CLASSES, Trace
 
 SPLITS = ("all", "train", "holdout")
@@ -110,6 +112,7 @@ def experiment_create(
     endpoints: dict | None = None,
     capacity_search: dict | None = None,
     scheduling: str = "parallel",
+    until_decided: dict | None = None,
     created_by=None,
     notes: str = "",
 ) -> Experiment:
@@ -124,10 +127,14 @@ def experiment_create(
     ``output_buckets`` (``matrix.output_buckets_parse``: ``"0:64,64:256,256:1024"``) makes the
     matrix arms x loads x buckets: each bucket's runs replay the requests whose recorded output
     length is in it, with ``max_tokens`` capped at its own limit. None or empty: no buckets.
-    ``capacity_search`` (``console.experiments.capacity_search.capacity_search_clean``; None = off) adds
-    a capacity search per arm and repeat after the matrix: its steps are more runs, added one by
-    one as each finishes.
+    ``capacity_search`` (``capacity_search.capacity_search_clean``; None = off) adds a capacity search
+    per arm and repeat after the matrix: its steps are more runs, added one by one as each finishes.
+    ``until_decided`` (``until_decided.until_decided_clean``; None = off) makes ``repeats`` the first
+    batch: one repeat is added at a time until the primary endpoint is decided or the budget spent.
     Raises ExperimentInvalid with field errors (``candidates.0``, ``load_levels``...); nothing is stored then.
+
+    Long because: its options are the public contract (the form and the API pass them through), each
+    said here; the body calls one check per option, then stores the experiment, its arms and runs.
     """
     errors: dict[str, list[str]] = defaultdict(list)
     baseline_engine_args = baseline_engine_args or {}
@@ -149,6 +156,10 @@ def experiment_create(
     )
     _trace_check(trace=trace, split=split, buckets=buckets, errors=errors)
     scheduling_check(scheduling, errors=errors)
+    clean_until = until_decided_clean(
+        until_decided, repeats=repeats, endpoints=endpoints, resolved=clean_endpoints, arms=len(arms),
+        loads=len(levels), buckets=len(buckets), errors=errors,
+    )
     if errors:
         raise ExperimentInvalid(errors)
 
@@ -160,12 +171,12 @@ def experiment_create(
             output_limit=output_limit, sampling=sampling, repeats=repeats, warmup=warmup,
             deadlines=clean_deadlines, endpoints=clean_endpoints, capacity_search=clean_search,
             cost_per_hour_usd=float(cost_per_hour_usd), power_price_usd_per_kwh=power_price_usd_per_kwh,
-            scheduling=scheduling,
+            scheduling=scheduling, until_decided=clean_until,
         )
         arm_rows = arms_store(experiment=experiment, arms=arms, engine=engine, target_model=target_model)
-        _runs_write(
-            experiment=experiment, arm_rows=arm_rows, levels=levels, buckets=buckets, engine=engine, search=clean_search
-        )
+        Run.objects.bulk_create(repeats_runs(
+            experiment=experiment, arm_rows=arm_rows, levels=levels, buckets=buckets, repeats=range(repeats), first_order=0
+        ))
     return experiment
 
 
@@ -210,48 +221,6 @@ def _parsed(parse: Callable[[Any], list], value: Any, *, field: str, errors: dic
         return []
 
 
-def _runs_write(
-    *,
-    experiment: Experiment,
-    arm_rows: list[Arm],
-    levels: list[LoadLevel],
-    buckets: list[OutputBucket],
-    engine: str,
-    search: dict | None,
-) -> None:
-    """The run matrix in its interleaved order (``matrix.matrix_order``), then, with a capacity
-    search, each arm and repeat's first search step after it."""
-    repeats = experiment.repeats
-    bucket_labels = [b.label for b in buckets] or [""]
-    Run.objects.bulk_create(
-        Run(
-            experiment=experiment,
-            arm=arm_rows[a],
-            load_label=levels[lv].label,
-            rate_multiplier=levels[lv].rate_multiplier,
-            concurrency_cap=levels[lv].concurrency,
-            output_bucket=bucket_labels[b],
-            repeat=r,
-            order=order,
-            queue=run_queue(engine=engine, engine_args=arm_rows[a].config.engine_args),
-            config_hash=arm_rows[a].config.content_hash,
-        )
-        for order, (a, lv, r, b) in enumerate(
-            matrix_order(arms=len(arm_rows), loads=len(levels), repeats=repeats, buckets=len(bucket_labels))
-        )
-    )
-    if search:
-        Run.objects.bulk_create(
-            capacity_first_runs(
-                experiment=experiment,
-                arms=arm_rows,
-                repeats=repeats,
-                first_order=len(arm_rows) * len(levels) * repeats * len(bucket_labels),
-                queue_of=lambda arm: run_queue(engine=engine, engine_args=arm.config.engine_args),
-            )
-        )
-
-
 def _trace_check(*, trace: Trace, split: str, buckets: list[OutputBucket], errors: dict[str, list[str]]) -> None:
     """The trace has requests in ``split``, and every bucket holds one of them: an empty one would
     run nothing. A trace with multi-turn sessions is refused buckets: a bucket would cut a
@@ -283,18 +252,6 @@ def _trace_check(*, trace: Trace, split: str, buckets: list[OutputBucket], error
                 f"output bucket {i} ({bucket.label} tokens): no request of the trace{where} has a recorded "
                 "output length in it"
             )
-
-
-def run_queue(*, engine: str, engine_args: dict) -> str:
-    """``gpu`` for engines on an accelerator, ``cpu`` otherwise (the hf engine's default); the
-    names are the settings' (``CPU_QUEUE``, ``GPU_QUEUE``)."""
-    cpu, gpu = settings.CPU_QUEUE, settings.GPU_QUEUE
-    device = str(engine_args.get("device", "")).lower()
-    if engine == "vllm":
-        return cpu if device == "cpu" else gpu
-    if engine == "hf":
-        return gpu if device.startswith("cuda") else cpu
-    return cpu
 
 
 @transaction.atomic
@@ -388,13 +345,15 @@ def experiment_clone(*, experiment: Experiment, created_by=None, name: str | Non
         for a in arms
         if not a.is_baseline
     ]
+    plan = experiment.until_decided or {}  # the declared plan again: its first batch, not the repeats it grew to
     return experiment_create(
         name=name or f"{experiment.name} (copy)", trace=experiment.trace, target_model=experiment.target_model,
         engine=experiment.engine, baseline_engine_args=baseline.config.engine_args, candidates=candidates,
         load_levels=experiment.load_levels, split=experiment.split, hardware_label=experiment.hardware_label,
         output_limit=experiment.output_limit, output_buckets=experiment.output_buckets,
-        deadlines=experiment.deadlines, sampling=experiment.sampling, repeats=experiment.repeats,
+        deadlines=experiment.deadlines, sampling=experiment.sampling, repeats=plan.get("first_look", experiment.repeats),
         warmup=experiment.warmup, cost_per_hour_usd=experiment.cost_per_hour_usd,
         power_price_usd_per_kwh=experiment.power_price_usd_per_kwh, capacity_search=experiment.capacity_search,
         created_by=created_by, notes=experiment.notes,
+        **({"endpoints": experiment.endpoints, "until_decided": until_decided_declared(plan)} if plan else {}),
     )

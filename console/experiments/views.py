@@ -9,7 +9,7 @@ from console.accounts.roles import RUN_EXPERIMENT
 from console.experiments.forms import ExperimentForm
 from console.experiments.models import Experiment, Run
 from console.experiments.runs import run_retry
-from console.experiments.selectors import experiment_grid, experiment_progress
+from console.experiments.selectors import experiment_grid, experiment_progress, experiment_until_decided
 from console.experiments.services import (
     ExperimentInvalid,
     experiment_cancel,
@@ -50,6 +50,9 @@ def experiment_new(request):
         for key in form.CAPACITY_FIELDS:
             data.pop(key)
         data["capacity_search"] = form.capacity_search_value()
+        for key in form.UNTIL_FIELDS:
+            data.pop(key)
+        data["until_decided"] = form.until_decided_value()
         data["baseline_engine_args"] = data["baseline_engine_args"] or {}
         try:
             experiment = experiment_create(created_by=request.user, **data)
@@ -111,6 +114,7 @@ def _detail_context(experiment: Experiment, request) -> dict:
         "runs": runs,
         "live": experiment.status in ("running",),
         "failed_runs": [r for r in runs if r.status == Run.Status.FAILED],
+        "until": experiment_until_decided(experiment=experiment),
     }
 
 

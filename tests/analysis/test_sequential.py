@@ -1,4 +1,4 @@
-"""The run-until-decided stopping rule (console.analysis.sequential): hand-computed looks, the
+"""The run-until-decided stopping rule (console.experiments.sequential): hand-computed looks, the
 plan's checks, the budget, and by simulation that Bonferroni over looks holds the false-decision
 rate and the coverage of the interval it stops on where looking at unadjusted 95% intervals does
 not (the pool-based calibration: tests/decisions/test_calibration_sequential.py)."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from console.analysis.sequential import Look, Plan, Spent, Stop, experiment_stop, look_outcome, stop_decide
+from console.experiments.sequential import Look, Plan, Spent, Stop, experiment_stop, look_outcome, stop_decide
 
 
 def _look(r: int, lo: float, hi: float, floor: float | None = 0.01) -> Look:

@@ -81,6 +81,7 @@ from console.decisions.gate.facts import (
 )
 from console.decisions.gate.policy_holdout import criterion_policy_holdout
 from console.decisions.gate.quality import criterion_quality
+from console.decisions.gate.sequential import gate_sequential_attach
 from console.decisions.gate.settings import GateSettingsError, gate_settings_resolve, gate_settings_validate
 
 __all__ = [
@@ -93,6 +94,7 @@ __all__ = [
     "gate_facts_from_summary",
     "gate_facts_keep_off",
     "gate_not_passing",
+    "gate_sequential_attach",
     "gate_settings_resolve",
     "gate_settings_validate",
     "memory_capacity_from_hardware",

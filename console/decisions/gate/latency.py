@@ -18,6 +18,7 @@ from console.decisions.gate.common import (
     scope_loads,
 )
 from console.decisions.gate.constants import FAIL, NOT_MEASURED, PASS, TITLES
+from console.decisions.gate.sequential import sequential_primary
 
 
 def criterion_latency_benefit(facts: Mapping[str, Any], settings: Mapping[str, Any], *, traffic_class: str) -> dict[str, Any]:
@@ -60,11 +61,11 @@ def criterion_latency_benefit(facts: Mapping[str, Any], settings: Mapping[str, A
         if not primary:
             missing.append(f"{load}: no {traffic_class} requests")
             continue
-        r = primary[0]
+        r, note = sequential_primary(facts, primary[0])  # an experiment run until decided: its adjusted level
         v = comparison_direction(r)
         numbers.append(
             number_row(
-                f"{load} {traffic_class} {metric} {stat} (primary): baseline / candidate / delta [lo, hi] / floor ({v})",
+                f"{load} {traffic_class} {metric} {stat} (primary{note}): baseline / candidate / delta [lo, hi] / floor ({v})",
                 [r.get("base"), r.get("cand"), r.get("delta"), r.get("delta_lo"), r.get("delta_hi"), r.get("noise_floor")],
                 "s",
             )

@@ -41,6 +41,10 @@ always-valid confidence sequence needs i.i.d. increments with a known variance b
 repeat of a percentile is not. Bonferroni is conservative (its looks are strongly correlated, so
 it spends less than alpha), and valid under any dependence.
 
+It lives in ``console.experiments`` because the option's validation (``until_decided.py``) and
+the calibration (``console.decisions.calibration_sequential``) both import it; the loop that
+takes the looks is ``console.analysis.sequential_looks``.
+
 Pure Python; no Django. Units: every delta, bound, floor and margin is in the endpoint's unit
 (seconds for a latency), candidate minus baseline.
 """
@@ -164,16 +168,32 @@ def look_outcome(look: Look, *, plan: Plan) -> Outcome:
     return "continue"
 
 
-def _budget_left(plan: Plan, spent: Spent, repeats: int) -> str | None:
-    """Why one more repeat is not allowed (None: it is)."""
+Budget = Literal["max_repeats", "runs", "accelerator_hours"]
+
+
+def budget_spent(plan: Plan, spent: Spent, repeats: int) -> Budget | None:
+    """Which part of the budget one more repeat would pass, after ``repeats`` repeats (None:
+    none, another repeat is allowed): the most repeats planned, the runs, the accelerator-hours."""
     if repeats >= plan.max_repeats:
-        return f"undecided after {repeats} repeats, the most planned"
+        return "max_repeats"
     if plan.max_runs is not None and spent.runs + spent.runs_per_repeat > plan.max_runs:
-        return f"undecided: another repeat ({spent.runs_per_repeat} runs) would pass the budget of {plan.max_runs} runs"
+        return "runs"
     if (
         plan.max_accelerator_hours is not None
         and spent.accelerator_hours + spent.accelerator_hours_per_repeat > plan.max_accelerator_hours
     ):
+        return "accelerator_hours"
+    return None
+
+
+def _budget_left(plan: Plan, spent: Spent, repeats: int) -> str | None:
+    """Why one more repeat is not allowed (None: it is)."""
+    which = budget_spent(plan, spent, repeats)
+    if which == "max_repeats":
+        return f"undecided after {repeats} repeats, the most planned"
+    if which == "runs":
+        return f"undecided: another repeat ({spent.runs_per_repeat} runs) would pass the budget of {plan.max_runs} runs"
+    if which == "accelerator_hours":
         return (
             f"undecided: another repeat (about {spent.accelerator_hours_per_repeat:.2f} accelerator-hours) "
             f"would pass the budget of {plan.max_accelerator_hours:g} accelerator-hours"
