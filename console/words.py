@@ -36,6 +36,7 @@ DIMENSION_LABELS: dict[str, str] = {
     "output_bucket": "output length (tokens, baseline's)",
     "prompt_bucket": "prompt length (tokens)",
     "turn_bucket": "session turn (0-based)",
+    "run_output_bucket": "declared output bucket (recorded tokens)",
     "prompt_tokens_bucket": "prompt length (tokens)",
     "max_tokens_bucket": "output limit (tokens)",
     "has_schema": "has a JSON schema",

@@ -113,6 +113,7 @@ MATRIX: dict[str, dict[str, str]] = {
     "GET /policies/new/": engineers(),
     "POST /policies/new/": engineers(),
     "GET /policies/{pk}/": everyone_signed_in(),
+    "POST /policies/{pk}/adopt/": engineers(),  # stores the simpler rule the holdout preferred
     "GET /policies/{pk}/rules.json": everyone_signed_in(),
     "GET /policies/{pk}/vllm-serve.sh": everyone_signed_in(),
     "GET /policies/{pk}/litellm.yaml": everyone_signed_in(),
@@ -122,6 +123,7 @@ MATRIX: dict[str, dict[str, str]] = {
     "GET /api/policies": everyone_signed_in(),
     "POST /api/policies": engineers(),  # fits one (the fit form's checks)
     "GET /api/policies/{id}": everyone_signed_in(),
+    "POST /api/policies/{id}/adopt": engineers(),  # the same over the API
     "GET /api/policies/{id}/deployment": everyone_signed_in(),
     # decisions
     "GET /decisions/": everyone_signed_in(),

@@ -5,14 +5,14 @@ the page shows. Presentation only: every number is read off the summary, none is
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from console import numbers, words
 from console.analysis import plots, slice_view
 from console.analysis.comparison.schema import Capacity, DeltaRow, HeadlineRow, Sessions, SliceRow, Summary
-from console.analysis.verdict_words import PrimaryView, verdict_lines
+from console.analysis.verdict_words import PrimaryView, saturated_loads, verdict_lines
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -53,6 +53,7 @@ HEADLINE_COLUMNS = [
     Column("mean_acceptance_length", "mean accept. length", "", lambda r: r.mean_acceptance_length),
     Column("tokens_per_pass", "tokens/target pass", "", lambda r: r.tokens_per_pass),
 ]
+SATURATION_COLUMNS = frozenset({"e2e_s_p95", "e2e_s_p99", "goodput_rps"})  # say "baseline past saturation"
 
 
 def _fmt(value, unit: str) -> str:
@@ -112,6 +113,7 @@ class Cell:
     verdict: str | None
     delta: str | None
     floor: str | None
+    note: tuple[str, str] | None = None  # ("baseline past saturation at 2x", the same with its rates and waits)
 
 
 @dataclass(frozen=True)
@@ -124,18 +126,21 @@ class HeadlineView:
     failed: int
 
 
-def _headline_table(rows: list[slice_view.TableRow]) -> list[HeadlineView]:
+def _headline_table(rows: list[slice_view.TableRow], saturated: Mapping[str, str] | None = None) -> list[HeadlineView]:
     """Rows of cells: value, and for candidates the paired delta with its interval, the noise
-    floor and the verdict. Every headline cell is exploratory: the gate reads the primary
-    endpoints only. ``rows`` are the headline's or one slice's (``slice_view.slice_rows``)."""
+    floor and the verdict (exploratory: the gate reads the primary endpoints only). ``rows``: the
+    headline's or a slice's; ``saturated``: load -> the baseline past saturation there, in words."""
     table = []
     for row in rows:
         stats = row["stats"]
         deltas = {(d.metric, d.stat): d for d in stats.deltas}
+        detail = (saturated or {}).get(row["load"])
+        notes = (f"baseline past saturation at {row['load']}", detail) if detail else None
         cells = []
         for column in HEADLINE_COLUMNS:
             cell = _delta_cell(deltas.get(column.compared) if column.compared else None)
-            cells.append(Cell(_fmt(column.value(stats), column.unit), cell.verdict, cell.delta, cell.floor))
+            note = notes if column.key in SATURATION_COLUMNS else None
+            cells.append(Cell(_fmt(column.value(stats), column.unit), cell.verdict, cell.delta, cell.floor, note))
         table.append(
             HeadlineView(row["arm"], row["load"], row["is_baseline"], cells, row["n_requests"], row["n_failed"])
         )
@@ -152,7 +157,7 @@ def _not_measured_legend(table: list[HeadlineView]) -> list[str]:
                 continue
             if cell.delta not in legend:
                 legend.append(cell.delta)
-            row.cells[i] = Cell(cell.text, cell.verdict, f"not measured [{legend.index(cell.delta) + 1}]", cell.floor)
+            row.cells[i] = replace(cell, delta=f"not measured [{legend.index(cell.delta) + 1}]")
     return legend
 
 
@@ -166,7 +171,7 @@ def _primary_units(metric: str) -> tuple[str, str]:
     return "", ""
 
 
-def _primary_rows(summary: Summary) -> list[PrimaryView]:
+def _primary_rows(summary: Summary, saturated: Mapping[str, str]) -> list[PrimaryView]:
     rows = []
     for r in summary.primary:
         unit, delta_unit = _primary_units(r.metric)
@@ -188,6 +193,7 @@ def _primary_rows(summary: Summary) -> list[PrimaryView]:
                 cand_text=_fmt(r.cand, unit),
                 delta_text=_fmt(r.delta, delta_unit),
                 interval_text=interval,
+                saturation=saturated.get(r.load) if r.metric == "e2e_s" else None,
             )
         )
     return rows
@@ -261,7 +267,7 @@ def _slice_context(summary: Summary, raw: str | None) -> dict:
         chosen, error = None, str(exc)
     rows = slice_view.slice_rows(summary, chosen)
     titled = _slice_figures(summary, chosen, rows)
-    table = _headline_table(rows)
+    table = _headline_table(rows, saturated_loads(summary.saturation))
     label = None
     if chosen is not None:
         label = f"{words.key_words(chosen[0])} = {chosen[1]}"
@@ -287,8 +293,7 @@ def _sessions_context(summary: Summary) -> Sessions | None:
 
 
 def _figures(summary: Summary) -> list[tuple[str, str]]:
-    """The whole experiment's charts: acceptance by task, output and draft position, the sweep's
-    knees and memory per arm."""
+    """The whole experiment's charts: acceptance by task and position, knees, memory per arm."""
     acceptance = summary.acceptance
     figures = [
         ("acc-task", plots.acceptance_by_task(acceptance.by_task)),
@@ -315,16 +320,19 @@ def comparison_context(summary: Summary, raw_slice: str | None) -> dict:
     """Everything the comparison page shows of a stored comparison, the chosen slice's part
     included."""
     quality = summary.quality
-    primary = _primary_rows(summary)
+    saturated = saturated_loads(summary.saturation)
+    primary = _primary_rows(summary, saturated)
     return _slice_context(summary, raw_slice) | {
         "headline_columns": HEADLINE_COLUMNS,
         "figures": _figures(summary),
+        "acceptance_heatmaps": plots.acceptance_heatmaps(summary),
         "regressions": [
             r.model_copy(update={"checks": _checks_words(r.checks)}) for r in quality.regressions[:200]
         ],
         "quality": quality,
         "first_divergences": quality.first_divergences,
-        "class_goodput": slice_view.class_goodput_rows(summary),
+        "class_goodput": [{**g, "saturation": saturated.get(g["load"])} for g in slice_view.class_goodput_rows(summary)],
+        "saturation": saturated,
         "telemetry": slice_view.telemetry_rows(summary),
         "noise_floor": _noise_floor_rows(summary),
         "stability": summary.baseline_stability,
@@ -339,6 +347,7 @@ def comparison_context(summary: Summary, raw_slice: str | None) -> dict:
             metric=summary.endpoints.primary_metric,
             stat=summary.endpoints.primary_stat,
             promised=summary.endpoints.promised_class,
+            saturated=saturated,
         ),
         "quality_counts": [c.model_copy(update={"check": words.key_words(c.check)}) for c in quality.counts],
         "correctness": summary.correctness,

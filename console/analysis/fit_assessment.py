@@ -1,13 +1,15 @@
 """Fit assessment: does this workload look like one where speculative decoding can pay off?
 
-The five conditions of docs/fit.md (after the background text's "when speculative decoding is
-worth evaluating"), each judged ``likely``, ``unlikely`` or ``unknown`` with its numbers and the
-reason, plus the generation share of end-to-end latency per traffic class.
+The six conditions of docs/fit.md (after the background text's "when speculative decoding is
+worth evaluating", and whether the drafter's acceptance pays for its cost), each judged
+``likely``, ``unlikely`` or ``unknown`` with its numbers and the reason, plus the generation share
+of end-to-end latency per traffic class.
 
-Two inputs: what is known before any run (the trace's requests, the experiment's configs and
-load levels) and, once a baseline run finished, the per-run facts :func:`run_fit_stats` reduces
-its stored results to (cached in ``RunSummary.data["fit"]`` by the worker, so a page GET only
-pools small lists). Pure functions over plain data; no Django.
+Three inputs: what is known before any run (the trace's requests, the experiment's configs and
+load levels); once a baseline run finished, the per-run facts :func:`run_fit_stats` reduces its
+stored results to (cached in ``RunSummary.data["fit"]`` by the worker, so a page GET only pools
+small lists); and once a comparison is stored, each candidate's acceptance and timing in it
+(:func:`fit_stats.candidate_fit_stats`). Pure functions over plain data; no Django.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ from console.analysis.fit_conditions import (
     generation_share,
     heaviest_load,
     output_length_condition,
-    proposer_condition,
     quality_condition,
     serving_condition,
     traffic_condition,
 )
-from console.analysis.fit_stats import FIT_VERSION
+from console.analysis.fit_proposers import drafter_condition, proposer_condition
+from console.analysis.fit_stats import FIT_VERSION, candidate_fit_stats
 
 
 def fit_assess(
@@ -37,6 +39,7 @@ def fit_assess(
     load_levels: list[dict],
     runs: list[dict],
     catalog: Mapping[str, Mapping[str, Any]],
+    candidates: list[dict] | None = None,
 ) -> dict[str, Any]:
     """The assessment: ``conditions`` (one per :data:`CONDITIONS`, each ``name``, ``title``,
     ``verdict``, ``numbers``, ``reason``), ``generation_share`` (per class), ``stage``
@@ -45,9 +48,14 @@ def fit_assess(
     ``trace``: ``classes`` ({class: count}), ``rate_rps`` (the trace's own mean arrival rate),
     ``output_limits`` and ``recorded_output_tokens`` (one per request, tokens or None);
     ``specs``: the candidates' speculative configs; ``runs``: :func:`run_fit_stats` of the
-    finished baseline runs; ``catalog``: {model name: {"family", "size_bytes"}}.
+    finished baseline runs; ``catalog``: {model name: {"family", "size_bytes"}};
+    ``candidates``: :func:`fit_stats.candidate_fit_stats` of the stored comparison (None: the
+    ``specs`` alone, named by method and k, as before any run).
     """
     heaviest = heaviest_load(load_levels)
+    if candidates is None:
+        configs = {_spec_label(s): s for s in specs}
+        candidates = candidate_fit_stats(headline=[], speculation=[], configs=configs, baseline_arm=None)
     return {
         "version": FIT_VERSION,
         "stage": f"after {len(runs)} baseline run(s)" if runs else "before any run",
@@ -57,9 +65,16 @@ def fit_assess(
             serving_condition(engine, runs, heaviest),
             traffic_condition(trace, load_levels, runs, heaviest),
             proposer_condition(engine, target_model, specs, catalog),
+            drafter_condition(candidates, target=target_model, catalog=catalog, heaviest=heaviest),
         ],
         "generation_share": generation_share(runs),
     }
+
+
+def _spec_label(spec: Mapping[str, Any]) -> str:
+    """A speculative config named as an arm would be: its method and draft length."""
+    k = spec.get("num_speculative_tokens")
+    return f"{spec.get('method')}" + (f" k={k}" if k is not None else "")
 
 
 def _tokens(value: Any) -> str:
@@ -113,7 +128,10 @@ FIT_NUMBERS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "judged_at": ("judged at load", lambda v: numbers.DASH if v is None else str(v)),
     "classes": ("requests by class", _classes),
     "interactive_share": ("interactive share", numbers.rate),
-    "max_inflight": ("medium-to-low concurrency", lambda v: f"at most {numbers.count(v, 'requests')} in flight"),
+    "max_inflight": (
+        "medium-to-low concurrency",
+        lambda v: f"at most {numbers.count(v, 'requests')} in flight",
+    ),
     "load": ("load", str),
     "gpu_util_pct": ("GPU utilisation", _percent),
     "gpu_memory_used": ("GPU memory used", numbers.rate),
@@ -133,6 +151,34 @@ def _shown(key: str, value: Any) -> tuple[str, str]:
     return label, numbers.DASH if value is None else show(value)
 
 
+def _drafter_line(r: Mapping[str, Any]) -> str:
+    """One candidate's break-even in words: observed against needed, each with its unit."""
+    nm = "not measured"
+    where = (
+        f"{r.get('arm')} at {r.get('load')}"
+        if r.get("load") is not None
+        else f"{r.get('arm')} (not compared yet)"
+    )
+    alpha = nm if r.get("alpha") is None else numbers.rate(r["alpha"])
+    even = nm if r.get("needed_tokens_per_pass") is None else "none (above k + 1 tokens)"
+    if r.get("alpha_needed") is not None:
+        even = numbers.rate(r["alpha_needed"])
+    tpp = nm if r.get("tokens_per_pass") is None else _tokens(r["tokens_per_pass"])
+    said = [f"{r['tokens_per_pass_source']} records"] if r.get("tokens_per_pass_source") else []
+    if r.get("expected_tokens_per_pass") is not None:
+        said.append(f"{_tokens(r['expected_tokens_per_pass'])} expected from the acceptance, i.i.d.")
+    tpp += f" ({'; '.join(said)})" if said else ""
+    needed = nm
+    if r.get("needed_tokens_per_pass") is not None:
+        formula = f"k {numbers.number(r['k'])} × c {numbers.number(r['c'])} + 1"
+        needed = f"more than {_tokens(r['needed_tokens_per_pass'])} ({formula})"
+    cost = nm if r.get("c") is None else f"{numbers.number(r['c'])} of a target step"
+    return (
+        f"{where}: acceptance {alpha} (break-even {even}); tokens per target pass {tpp}, needs {needed}; "
+        f"a drafter step costs {cost} ({r.get('c_source')})"
+    )
+
+
 def numbers_lines(name: str, numbers_: Mapping[str, Any]) -> list[str]:
     """A condition's numbers as short lines for the page, in words with their units (the API
     returns them as they are)."""
@@ -141,8 +187,16 @@ def numbers_lines(name: str, numbers_: Mapping[str, Any]) -> list[str]:
         for p in numbers_.get("proposers") or []:
             extra = ", configured" if p.get("configured") else ""
             note = f"; {p['note']}" if p.get("note") else ""
-            lines.append(f"{p['proposer']}: {p['kind']} ({p['source']}{extra}{note})")
+            suits = f"; suits {p['suits']}" if p.get("suits") else ""
+            lines.append(f"{p['proposer']}: {p['kind']} ({p['source']}{extra}{note}){suits}")
         return lines
+    if name == "drafter_acceptance":
+        judged = (
+            f"judged at load {numbers_['judged_at']}"
+            if numbers_.get("judged_at")
+            else "judged at each arm's load"
+        )
+        return [judged, *(_drafter_line(r) for r in numbers_.get("candidates") or [])]
     lines = ["{}: {}".format(*_shown(k, v)) for k, v in numbers_.items() if k != "loads"]
     for row in numbers_.get("loads") or []:
         lines.append(" · ".join("{} {}".format(*_shown(k, v)) for k, v in row.items()))

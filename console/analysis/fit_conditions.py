@@ -1,6 +1,8 @@
-"""The five conditions of the fit assessment (docs/fit.md), each judged ``likely``, ``unlikely``
-or ``unknown`` with its numbers and the reason, and the generation share of end-to-end latency.
-Pure functions over plain data; no Django. :mod:`console.analysis.fit_assessment` calls them.
+"""The conditions of the fit assessment (docs/fit.md), each judged ``likely``, ``unlikely`` or
+``unknown`` with its numbers and the reason, and the generation share of end-to-end latency; the
+two about the proposer (does one exist, does it accept enough) are in
+:mod:`console.analysis.fit_proposers`. Pure functions over plain data; no Django.
+:mod:`console.analysis.fit_assessment` calls them.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ KV_FULL = 0.9  # KV-cache usage (fraction) at or above this: the cache is full
 MAX_INFLIGHT = 16.0  # mean in-flight requests above this: not medium-to-low concurrency
 INTERACTIVE_SHARE = 0.5  # share of interactive requests for the traffic to count as interactive
 GENERATION_SHARE_WARN = 0.5  # median generation share under this: speculation cannot move e2e much
-HEAD_METHODS = {"eagle", "eagle3", "mtp", "medusa"}
 
 CONDITIONS = (
     ("quality_bar", "The target already meets its quality bar"),
@@ -32,6 +33,7 @@ CONDITIONS = (
     ("serving_headroom", "Serving is memory-bound or under-used at the promised load"),
     ("interactive_traffic", "Traffic is interactive at medium-to-low concurrency"),
     ("proposer", "A compatible proposer exists for this engine and target"),
+    ("drafter_acceptance", "The drafter's acceptance is high enough to pay for its cost"),
 )
 TITLES = dict(CONDITIONS)
 
@@ -260,102 +262,6 @@ def traffic_condition(
         LIKELY,
         numbers,
         f"{_pct(interactive)} interactive, {fmt.number(row['inflight_mean'])} requests in flight on average at {row['load']} (<= {MAX_INFLIGHT:.0f})",
-    )
-
-
-def _proposers(
-    engine: str, target: str, specs: list[dict], catalog: Mapping[str, Mapping[str, Any]]
-) -> tuple[list[dict[str, Any]], bool, bool]:
-    """Every proposer the target could use: n-gram, catalog drafts of its tokenizer family (hf),
-    the configured drafts and heads. Also whether one shares the target's tokenizer, and whether
-    a configured draft's tokenizer is unknown."""
-    family = (catalog.get(target) or {}).get("family")
-    configured_methods = {str(s.get("method")) for s in specs}
-    proposers: list[dict[str, Any]] = [
-        {
-            "proposer": "ngram",
-            "kind": "n-gram (prompt lookup)",
-            "source": "always available",
-            "configured": "ngram" in configured_methods,
-            "note": "needs no model; pays off where outputs copy the prompt",
-        }
-    ]
-    same = unknown = False
-    drafts = {s.get("model") for s in specs if s.get("method") == "draft_model" and s.get("model")}
-    if engine == "hf" and family:
-        for name, entry in catalog.items():
-            if name != target and entry.get("family") == family and name not in drafts:
-                smaller = (entry.get("size_bytes") or 0) < (
-                    (catalog.get(target) or {}).get("size_bytes") or 0
-                )
-                if smaller:
-                    same = True
-                    proposers.append(
-                        {
-                            "proposer": name,
-                            "kind": "draft model (same tokenizer)",
-                            "source": "model catalog",
-                            "configured": False,
-                            "note": "",
-                        }
-                    )
-    for model in sorted(str(m) for m in drafts):
-        draft_family = (catalog.get(model) or {}).get("family")
-        if family and draft_family:
-            if draft_family == family:
-                same = True
-                kind, note = "draft model (same tokenizer)", ""
-            else:
-                kind = "draft model (cross-vocabulary)"
-                note = (
-                    "greedy-only on the hf engine (universal assisted generation)"
-                    if engine == "hf"
-                    else "needs the engine's heterogeneous-vocabulary support"
-                )
-        else:
-            unknown = True
-            kind, note = "draft model", "tokenizer not known to the catalog: check it matches the target's"
-        proposers.append(
-            {"proposer": model, "kind": kind, "source": "configured", "configured": True, "note": note}
-        )
-    for method in sorted(configured_methods & HEAD_METHODS):
-        same = True
-        proposers.append(
-            {
-                "proposer": method,
-                "kind": f"{method.upper()} head",
-                "source": "configured",
-                "configured": True,
-                "note": "trained for the target",
-            }
-        )
-    return proposers, same, unknown
-
-
-def proposer_condition(
-    engine: str, target: str, specs: list[dict], catalog: Mapping[str, Mapping[str, Any]]
-) -> dict[str, Any]:
-    family = (catalog.get(target) or {}).get("family")
-    proposers, same, unknown = _proposers(engine, target, specs, catalog)
-    numbers = {"engine": engine, "target": target, "tokenizer_family": family, "proposers": proposers}
-    if same:
-        names = ", ".join(
-            p["proposer"] for p in proposers[1:] if "cross" not in p["kind"] and p["kind"] != "draft model"
-        )
-        return _condition("proposer", LIKELY, numbers, f"same-tokenizer proposer(s): {names}; n-gram always")
-    if family is None or unknown:
-        return _condition(
-            "proposer",
-            UNKNOWN,
-            numbers,
-            f"the model catalog does not know the tokenizer of {target}, so no same-tokenizer draft can be named; "
-            "n-gram remains available",
-        )
-    return _condition(
-        "proposer",
-        UNLIKELY,
-        numbers,
-        "no same-tokenizer draft or EAGLE/MTP head: only n-gram (and cross-vocabulary drafts, with their constraints)",
     )
 
 

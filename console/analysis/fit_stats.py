@@ -169,3 +169,62 @@ def run_fit_stats(
         "kv_cache_usage": _number(counters.get("kv_cache_usage_perc")),
         "preemptions": _number(counters.get("num_preemptions")),
     }
+
+
+PER_REQUEST_SOURCE = "per-request"  # the comparison's speculation source for per-step records
+
+
+def candidate_fit_stats(
+    *,
+    headline: Sequence[Mapping[str, Any]],
+    speculation: Sequence[Mapping[str, Any]],
+    configs: Mapping[str, Mapping[str, Any] | None],
+    baseline_arm: str | None,
+) -> list[dict[str, Any]]:
+    """What the stored comparison says about each speculative candidate's drafter, per load (one
+    row with ``load`` None for a candidate that has not run): its config (``method``,
+    ``k_configured``, ``draft_model``), ``drafts`` and ``drafted`` (tokens), ``acceptance_rate``
+    (accepted / drafted), ``tokens_per_pass`` (output tokens per target pass, from per-request
+    records; else the server's mean acceptance length, tokens per drafting pass) and its
+    ``tokens_per_pass_source``, and the mean TPOT of the candidate and of the baseline at that
+    load (``tpot_s``, ``baseline_tpot_s``, seconds per token).
+
+    ``headline`` and ``speculation``: the comparison's rows as stored (empty before it exists);
+    ``configs``: each candidate arm's speculative config, in arm order (an A/A arm's None is
+    skipped: nothing drafts)."""
+    base_tpot = {h.get("load"): h.get("tpot_s_mean") for h in headline if h.get("arm") == baseline_arm}
+    evidence = {(s.get("arm"), s.get("load")): s for s in speculation}
+    out: list[dict[str, Any]] = []
+    for arm, config in configs.items():
+        if not config:
+            continue
+        k = config.get("num_speculative_tokens")
+        known = {
+            "arm": arm,
+            "method": config.get("method"),
+            "k_configured": k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else None,
+            "draft_model": config.get("model"),
+        }
+        rows = [h for h in headline if h.get("arm") == arm]
+        if not rows:
+            out.append(known | {"load": None})
+        for h in rows:
+            s = evidence.get((arm, h.get("load"))) or {}
+            per_request = s.get("source") == PER_REQUEST_SOURCE and h.get("tokens_per_pass") is not None
+            tpp = h.get("tokens_per_pass") if per_request else s.get("mean_acceptance_length")
+            out.append(
+                known
+                | {
+                    "load": h.get("load"),
+                    "drafts": s.get("drafts"),
+                    "drafted": s.get("drafted"),
+                    "acceptance_rate": s.get("acceptance_rate"),
+                    "tokens_per_pass": tpp,
+                    "tokens_per_pass_source": (PER_REQUEST_SOURCE if per_request else s.get("source"))
+                    if tpp
+                    else None,
+                    "tpot_s": h.get("tpot_s_mean"),
+                    "baseline_tpot_s": base_tpot.get(h.get("load")),
+                }
+            )
+    return out

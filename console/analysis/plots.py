@@ -15,9 +15,12 @@ from console.analysis.comparison.schema import (
     AcceptanceByOutputPosition,
     AcceptanceByPosition,
     AcceptanceByTask,
+    AcceptanceByTaskOutputPosition,
+    AcceptanceByTaskPosition,
     Capacity,
     CapacitySlo,
     CapacityStep,
+    Comparison,
     HeadlineRow,
     KneeRow,
     SliceRow,
@@ -68,8 +71,12 @@ def metric_vs_load(
     if len(loads) == 1:
         (load,) = loads
         arms = list(by_arm)
-        fig.add_trace(go.Bar(x=arms, y=[by_arm[a][0][1] for a in arms], marker_color="#1570ef", showlegend=False))
-        fig.update_layout(title=title.replace(" vs load", f" at load {load}"), xaxis_title="arm", yaxis_title=unit)
+        fig.add_trace(
+            go.Bar(x=arms, y=[by_arm[a][0][1] for a in arms], marker_color="#1570ef", showlegend=False)
+        )
+        fig.update_layout(
+            title=title.replace(" vs load", f" at load {load}"), xaxis_title="arm", yaxis_title=unit
+        )
         return fig
     for arm, points in by_arm.items():
         fig.add_trace(
@@ -131,6 +138,92 @@ def acceptance_by_draft_position(rows: Sequence[AcceptanceByPosition]) -> go.Fig
         yaxis_range=[0, 1],
     )
     return fig
+
+
+# One cell of an acceptance heatmap: task, column label, rate (0..1), (tokens offered, accepted).
+HeatCell = tuple[str, str, float | None, tuple[int, int]]
+HEAT_DRAFT = (
+    "task %{y}<br>draft position %{x} (the x-th token of a draft)<br>accepted when proposed: %{z:.0%}"
+    "<br>%{customdata[1]:,} of %{customdata[0]:,} proposals accepted"
+)
+HEAT_OUTPUT = (
+    "task %{y}<br>output tokens %{x} (where in the answer the step began)<br>acceptance: %{z:.0%}"
+    " of drafted tokens<br>%{customdata[1]:,} of %{customdata[0]:,} drafted tokens accepted"
+)
+
+# Each heatmap: its div id, title, column axis and hover text.
+HEATMAPS = (
+    ("acc-task-draftpos", "Acceptance by task and draft position", "draft position j", HEAT_DRAFT),
+    ("acc-task-outpos", "Acceptance by task and output position", "output tokens (range)", HEAT_OUTPUT),
+)
+
+
+def acceptance_heatmap(
+    groups: dict[str, list[HeatCell]], *, title: str, x_title: str, hover: str
+) -> go.Figure:
+    """Task (rows) x position (columns) acceptance, one heatmap per arm x load (``groups``, in
+    order, each a list of cells with its columns in order): the first shown, a menu picks another.
+    Colour 0..100 %; a cell with nothing proposed is empty."""
+    fig = go.Figure()
+    labels = list(groups)
+    for i, (label, cells) in enumerate(groups.items()):
+        tasks = sorted({c[0] for c in cells})
+        columns = list(dict.fromkeys(c[1] for c in cells))
+        at = {(c[0], c[1]): c for c in cells}
+        z = [[at[(t, x)][2] if (t, x) in at else None for x in columns] for t in tasks]
+        counts = [[list(at[(t, x)][3]) if (t, x) in at else [0, 0] for x in columns] for t in tasks]
+        heat = go.Heatmap(x=columns, y=tasks, z=z, customdata=counts, zmin=0, zmax=1, colorscale="Blues")
+        heat.update(
+            name=label, visible=i == 0, hoverongaps=False, hovertemplate=f"{hover}<extra>{label}</extra>"
+        )
+        fig.add_trace(heat.update(colorbar=dict(title="accepted", tickformat=".0%")))
+    if len(labels) > 1:
+        buttons = [
+            dict(label=g, method="restyle", args=[{"visible": [j == i for j in range(len(labels))]}])
+            for i, g in enumerate(labels)
+        ]
+        fig.update_layout(updatemenus=[dict(buttons=buttons, x=1, xanchor="right", y=1.02, yanchor="bottom")])
+    one = f" ({labels[0]})" if len(labels) == 1 else ""
+    fig.update_layout(title=title + one, xaxis_title=x_title, yaxis_title="task", xaxis_type="category")
+    fig.update_yaxes(autorange="reversed")  # tasks top to bottom in alphabetical order
+    return fig
+
+
+def acceptance_heatmaps(comparison: Comparison) -> dict[str, list]:
+    """The comparison's task x draft position and task x output position heatmaps (``figures``:
+    ``(div id, html)``, none when no candidate recorded a drafting step) and, as "arm at load" in
+    the headline's order, the speculative candidates with no per-step draft records
+    (``not_measured``: e.g. an OpenAI-compatible server that reports run-level counters at most,
+    or none). An arm configured not to speculate (an A/A arm) is neither."""
+    acceptance = comparison.acceptance
+    draft: dict[str, list[HeatCell]] = {}
+    output: dict[str, list[HeatCell]] = {}
+    rows: Sequence[AcceptanceByTaskPosition] = sorted(acceptance.by_task_position, key=lambda r: r.position)
+    for r in rows:
+        if r.proposed > 0:
+            draft.setdefault(f"{r.arm} at {r.load}", []).append(
+                (r.task, str(r.position), r.rate, (r.proposed, r.accepted))
+            )
+    spans: Sequence[AcceptanceByTaskOutputPosition] = sorted(
+        acceptance.by_task_output_position, key=lambda r: r.position_start
+    )
+    for o in spans:
+        if o.drafted > 0:
+            cell = (o.task, o.position_bucket, o.acceptance_rate, (o.drafted, o.accepted))
+            output.setdefault(f"{o.arm} at {o.load}", []).append(cell)
+    plain = {(r.arm, r.load) for r in comparison.speculation if r.speculative is False}
+    named = [
+        f"{h.arm} at {h.load}"
+        for h in comparison.headline
+        if not h.is_baseline and (h.arm, h.load) not in plain
+    ]
+    figures = []
+    for (div_id, title, x_title, hover), groups in zip(HEATMAPS, (draft, output), strict=True):
+        ordered = {g: groups[g] for g in named if g in groups}
+        if ordered:
+            fig = acceptance_heatmap(ordered, title=title, x_title=x_title, hover=hover)
+            figures.append((div_id, fig_html(fig, div_id=f"fig-{div_id}")))
+    return {"figures": figures, "not_measured": [g for g in named if g not in draft and g not in output]}
 
 
 def sweep_knees(knees: Sequence[KneeRow]) -> go.Figure:
@@ -247,7 +340,11 @@ class CapacityMetric:
 
 CAPACITY_METRICS = {
     "attainment": CapacityMetric(
-        "SLO attainment vs offered rate", "share of requests within deadline", 1.0, lambda p: p.attainment, lambda s: s.attainment
+        "SLO attainment vs offered rate",
+        "share of requests within deadline",
+        1.0,
+        lambda p: p.attainment,
+        lambda s: s.attainment,
     ),
     "p95_tpot_s": CapacityMetric(
         "p95 TPOT vs offered rate", "ms per token", 1000.0, lambda p: p.p95_tpot_s, lambda s: s.p95_tpot_s
@@ -267,7 +364,8 @@ def capacity_curve(capacity: Capacity, *, metric: str) -> go.Figure:
     fig = go.Figure()
     for arm in capacity.arms:
         points = sorted(
-            ((p, v) for p in arm.steps if (v := spec.of_step(p)) is not None), key=lambda pv: pv[0].rate_multiplier
+            ((p, v) for p in arm.steps if (v := spec.of_step(p)) is not None),
+            key=lambda pv: pv[0].rate_multiplier,
         )
         fig.add_trace(
             go.Scatter(
@@ -276,7 +374,9 @@ def capacity_curve(capacity: Capacity, *, metric: str) -> go.Figure:
                 mode="lines+markers",
                 name=str(arm.arm),
                 marker=dict(symbol=["circle" if p.passed else "x" for p, _ in points]),
-                text=[f"repeat {p.repeat} step {p.step}: {'pass' if p.passed else 'fail'}" for p, _ in points],
+                text=[
+                    f"repeat {p.repeat} step {p.step}: {'pass' if p.passed else 'fail'}" for p, _ in points
+                ],
             )
         )
         if arm.rate_multiplier is not None:
@@ -284,6 +384,8 @@ def capacity_curve(capacity: Capacity, *, metric: str) -> go.Figure:
     bound = spec.bound(capacity.slo)
     if bound is not None:
         fig.add_hline(y=bound * scale, line_dash="dash", line_color="firebrick", annotation_text="SLO")
-    fig.update_layout(title=spec.title, xaxis_title="offered rate (x the trace's arrival rate)", yaxis_title=spec.unit)
+    fig.update_layout(
+        title=spec.title, xaxis_title="offered rate (x the trace's arrival rate)", yaxis_title=spec.unit
+    )
     fig.update_xaxes(type="log")
     return fig

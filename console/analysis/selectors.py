@@ -15,9 +15,15 @@ from console.analysis.comparison import comparison_compute
 from console.analysis.comparison.schema import Summary, summary_load
 from console.analysis.comparison.spec import draft_cross_vocabulary
 from console.analysis.fit_assessment import fit_assess
-from console.analysis.fit_stats import FIT_VERSION, RECORDED_OUTPUT_KEYS, first_token_count
+from console.analysis.fit_stats import (
+    FIT_VERSION,
+    RECORDED_OUTPUT_KEYS,
+    candidate_fit_stats,
+    first_token_count,
+)
 from console.analysis.grading import reference_of
 from console.analysis.models import ComparisonCache
+from console.analysis.slices import RUN_BUCKET_DIMENSION
 from console.experiments.models import Experiment, Run
 from console.jsonutil import json_safe
 from console.results.models import RequestResult, RunSummary
@@ -63,8 +69,9 @@ def _cache_key(experiment: Experiment, runs: list[Run], version: int) -> str:
 # changes success, 7: "sessions", 8: accelerator-hours on busy time, "cost_basis", which changes
 # every cost, 9: "capacity" from the capacity-search steps, which leave the matrix's loads,
 # "cost_basis" "capacity" where a search ran, "load_weights", 10: "environment", the speculation
-# rows' no_evidence and config_mismatch): a new count recomputes older stored comparisons.
-COMPARISON_VERSION = 10
+# rows' no_evidence and config_mismatch, 11: the declared output bucket as a slice dimension): a
+# new count recomputes older stored comparisons.
+COMPARISON_VERSION = 11
 
 
 def comparison_key(*, experiment: Experiment, runs: list[Run] | None = None) -> str:
@@ -149,6 +156,8 @@ def comparison_compute_for(
     if not any(r.arm.is_baseline for r in runs):
         raise ValueError(f"experiment {experiment.pk}: no finished baseline run of its matrix yet")
     requests, run_frame = results_frames(runs=runs)
+    # Each run's declared output bucket: a slice dimension where two or more were declared.
+    requests[RUN_BUCKET_DIMENSION] = requests["run_id"].map({r.pk: r.output_bucket for r in runs})
     capacity_requests = capacity_runs = None
     if steps and experiment.capacity_search:
         capacity_requests, capacity_runs = results_frames(runs=steps)
@@ -259,7 +268,8 @@ def _fit_inputs_trace(experiment: Experiment) -> dict:
 def experiment_fit_assessment(*, experiment: Experiment) -> dict:
     """The experiment's fit assessment (``console.analysis.fit.fit_assess``): from the trace and
     the configs before any run, refined by the fit facts the worker cached for each finished
-    baseline run. Reads stored data only."""
+    baseline run and by the candidates' acceptance and timing in the stored comparison. Reads
+    stored data only."""
     arms = list(experiment.arms.select_related("config"))
     baseline_runs = experiment.runs.filter(status=Run.Status.DONE, arm__is_baseline=True)
     runs = []
@@ -269,6 +279,16 @@ def experiment_fit_assessment(*, experiment: Experiment) -> dict:
         if stats and stats.get("version") == FIT_VERSION:
             runs.append(stats)
     pending = baseline_runs.count() - len(runs)
+    # The drafter condition reads the stored comparison's candidates: three keys, not the whole.
+    stored = ComparisonCache.objects.filter(experiment=experiment)
+    keys = stored.values_list("data__headline", "data__speculation", "data__baseline_arm").first()
+    headline, speculation, base = keys or (None, None, None)
+    candidates = candidate_fit_stats(
+        headline=headline or [],
+        speculation=speculation or [],
+        baseline_arm=base,
+        configs={a.label: a.config.speculative_config for a in arms if not a.is_baseline},
+    )
     result = fit_assess(
         trace=experiment_fit_inputs_trace(experiment=experiment),
         engine=experiment.engine,
@@ -277,6 +297,7 @@ def experiment_fit_assessment(*, experiment: Experiment) -> dict:
         load_levels=list(experiment.load_levels or []),
         runs=runs,
         catalog=model_catalog_families(),
+        candidates=candidates,
     )
     result["pending_runs"] = pending
     return result

@@ -9,7 +9,8 @@ with the whole experiment's by ``comparison_compute`` (``paired.paired_stage``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any, TypedDict
 
 from console import words
@@ -24,8 +25,11 @@ from console.analysis.comparison.schema import (
 ALL = "all"
 # The slice dimensions in the selector's order, each by its label (console.words).
 DIMENSION_LABELS: dict[str, str] = {
-    d: words.DIMENSION_LABELS[d] for d in ("task", "traffic_class", "output_bucket", "prompt_bucket", "turn_bucket")
+    d: words.DIMENSION_LABELS[d]
+    for d in ("task", "traffic_class", "run_output_bucket", "output_bucket", "prompt_bucket", "turn_bucket")
 }
+# Token-range labels ("0-64", "64-256", "256+") sort by their lower edge, not as text.
+_LOWER_EDGE = re.compile(r"(\d+)(?:-\d+|\+)")
 
 
 class SliceError(ValueError):
@@ -109,10 +113,22 @@ def slice_options(summary: Comparison | Mapping[str, Any]) -> list[SliceGroup]:
                 continue
             best = counts.get(r.value)
             counts[r.value] = max([*(d.n_requests for d in r.deltas), *([best] if best is not None else [])], default=None)
-        options: list[SliceOption] = [{"key": slice_key(dim, v), "value": v, "n_requests": n} for v, n in counts.items()]
+        options: list[SliceOption] = [
+            {"key": slice_key(dim, v), "value": v, "n_requests": n} for v, n in _in_order(counts.items())
+        ]
         if options:
             groups.append({"dimension": dim, "label": words.key_words(dim), "options": options})
     return groups
+
+
+def _in_order(items: Iterable[tuple[str, int | None]]) -> list[tuple[str, int | None]]:
+    """Slice values in their stored order, unless every one is a token range: then by lower edge."""
+    pairs = list(items)
+    lows = [_LOWER_EDGE.fullmatch(str(v)) for v, _ in pairs]
+    edges = [int(m.group(1)) for m in lows if m is not None]
+    if len(edges) < len(pairs):
+        return pairs
+    return [pair for _, pair in sorted(zip(edges, pairs, strict=True), key=lambda e: e[0])]
 
 
 def slice_parse(summary: Comparison | Mapping[str, Any], raw: str | None) -> tuple[str, str] | None:

@@ -15,6 +15,13 @@ baseline never answered fall back to their own ``num_output_tokens``.
 A session's turn (the 0-based ``turn`` column of multi-turn traces) is a fifth dimension,
 ``turn_bucket`` ("0", "1", "2", "3+"), present only when the frame has a ``turn`` column with at
 least two distinct turns: a single-turn trace has nothing to slice by turn.
+
+An experiment's declared output-length buckets (``Experiment.output_buckets``, a matrix axis:
+each bucket's requests replayed in runs of their own, with the bucket's output limit) are one
+more, ``run_output_bucket``: the label of the run a row came from (``Run.output_bucket``, e.g.
+"0-64", "256+"), present only when the frame has that column with at least two distinct
+non-empty labels. Unlike ``output_bucket`` it is fixed before execution (the trace's recorded
+length), and each bucket's runs are its own, so a bucket's throughput is over its own runs.
 """
 
 from __future__ import annotations
@@ -32,15 +39,21 @@ OUTPUT_POSITION_EDGES: tuple[int, ...] = (0, 16, 32, 64, 128, 256, 512)
 
 SLICE_DIMENSIONS: tuple[str, ...] = ("task", "traffic_class", "prompt_bucket", "output_bucket")
 TURN_DIMENSION = "turn_bucket"
+RUN_BUCKET_DIMENSION = "run_output_bucket"  # the run's declared output bucket (Run.output_bucket)
 # Turns from this one on share a bucket ("3+"): late turns are few, and a slice needs requests.
 TURN_CAP = 3
 
 
 def slice_dimensions(frame: pd.DataFrame) -> tuple[str, ...]:
-    """The slice dimensions ``frame`` has: the four of ``SLICE_DIMENSIONS``, and the turn bucket
-    when ``slices_assign`` found more than one turn."""
-    has_turns = TURN_DIMENSION in frame and frame[TURN_DIMENSION].dropna().nunique() > 1
-    return (*SLICE_DIMENSIONS, TURN_DIMENSION) if has_turns else SLICE_DIMENSIONS
+    """The slice dimensions ``frame`` has: the four of ``SLICE_DIMENSIONS``, the declared output
+    bucket when its runs carry two or more, and the turn bucket when ``slices_assign`` found more
+    than one turn."""
+    dims = SLICE_DIMENSIONS
+    if RUN_BUCKET_DIMENSION in frame and frame[RUN_BUCKET_DIMENSION].dropna().nunique() > 1:
+        dims = (*dims, RUN_BUCKET_DIMENSION)
+    if TURN_DIMENSION in frame and frame[TURN_DIMENSION].dropna().nunique() > 1:
+        dims = (*dims, TURN_DIMENSION)
+    return dims
 
 
 def turn_assign(turns: np.ndarray | pd.Series) -> np.ndarray:
@@ -71,7 +84,8 @@ def bucket_assign(values: np.ndarray | pd.Series, *, edges: Sequence[int]) -> np
 
 def slices_assign(requests: pd.DataFrame, *, baseline_arm: str | None = None) -> pd.DataFrame:
     """Return a copy of ``requests`` with ``prompt_bucket`` and ``output_bucket`` columns (and
-    ``turn_bucket`` when it has a ``turn`` column).
+    ``turn_bucket`` when it has a ``turn`` column; a ``run_output_bucket`` column it has keeps
+    its labels, an empty one read as None).
 
     ``prompt_bucket`` buckets ``prompt_tokens``; ``output_bucket`` buckets the baseline's
     median ``num_output_tokens`` for the request (see module docstring). ``baseline_arm``
@@ -91,4 +105,7 @@ def slices_assign(requests: pd.DataFrame, *, baseline_arm: str | None = None) ->
     out["output_bucket"] = bucket_assign(length.to_numpy(), edges=OUTPUT_LENGTH_EDGES)
     if "turn" in out:
         out[TURN_DIMENSION] = turn_assign(out["turn"].to_numpy())
+    if RUN_BUCKET_DIMENSION in out:  # an empty label is a run of every request: no bucket
+        labels = out[RUN_BUCKET_DIMENSION].astype(object)
+        out[RUN_BUCKET_DIMENSION] = labels.where(labels.notna() & (labels != ""), None)
     return out

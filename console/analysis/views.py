@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from console.accounts.access import capability_required
 from console.accounts.roles import RUN_EXPERIMENT
-from console.analysis import comparison_page, plots
+from console.analysis import comparison_page, plots, slice_view, verdict_words
 from console.analysis.comparison.schema import ComparisonSchemaError, Summary, summary_load
 from console.analysis.selectors import (
     comparison_for_experiment,
@@ -68,17 +68,24 @@ def experiment_comparison(request, pk: int):
 
 
 _BODY_TEMPLATE = "analysis/_comparison_body.html"
-# Changes with the page's code: a shared cache (Redis) outlives a deploy.
-_BODY_VERSION = hashlib.sha256(
-    b"".join(Path(f).read_bytes() for f in (comparison_page.__file__, settings.BASE_DIR / "templates" / _BODY_TEMPLATE))  # type: ignore[arg-type]
-).hexdigest()[:12]
+# Changes with the page's code (its context, its words, its templates included): a shared cache
+# (Redis) outlives a deploy. "2": the saturation notice (issue 23).
+_BODY_SOURCES = (
+    comparison_page.__file__,
+    verdict_words.__file__,
+    plots.__file__,  # the figures (the acceptance heatmaps, issue 23) and the slice views they draw
+    slice_view.__file__,
+    *(settings.BASE_DIR / "templates" / "analysis" / n for n in ("_comparison_body.html", "_slice_view.html", "_comparison_extras.html")),
+)
+_BODY_VERSION = "2-" + hashlib.sha256(b"".join(Path(f).read_bytes() for f in _BODY_SOURCES)).hexdigest()[:12]  # type: ignore[arg-type]
 
 
 def _body_key(experiment: Experiment, stored: str | None, slice_raw: str | None) -> str:
     """The body's cache key: the stored comparison (its key changes with every recomputation) and
     the chosen slice (hashed: a query string is the user's)."""
-    slice_digest = hashlib.sha256((slice_raw or "").encode()).hexdigest()[:16]
-    return f"comparison-body:{_BODY_VERSION}:{experiment.pk}:{stored or ''}:{slice_digest}"
+    # Hashed whole: the stored key holds a timestamp and arm labels (spaces), and memcached refuses those.
+    parts = f"{experiment.pk}:{stored or ''}:{slice_raw or ''}"
+    return f"comparison-body:{_BODY_VERSION}:{experiment.pk}:{hashlib.sha256(parts.encode()).hexdigest()}"
 
 
 def _comparison_body(

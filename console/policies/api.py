@@ -1,5 +1,6 @@
 """JSON API for slice policies: GET /api/policies[?experiment=ID], POST /api/policies (fit one),
-GET /api/policies/{id}, GET /api/policies/{id}/deployment (vllm serve lines and the LiteLLM
+GET /api/policies/{id} (with its holdout warning), POST /api/policies/{id}/adopt (store the simpler
+rule the holdout preferred), GET /api/policies/{id}/deployment (vllm serve lines and the LiteLLM
 router config)."""
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ from console.experiments.models import Experiment
 from console.policies import deploy, schedule_page
 from console.policies.fit_request import PolicyFitRefused, policy_fit_checked
 from console.policies.models import SlicePolicy
-from console.policies.selectors import policy_deployment, policy_export, policy_list
+from console.policies.selectors import (
+    PolicyInputError,
+    policy_deployment,
+    policy_export,
+    policy_holdout_warning,
+    policy_list,
+)
+from console.policies.services import policy_adopt
 
 router = Router(tags=["policies"])
 
@@ -35,6 +43,17 @@ class PolicyDetailOut(PolicyOut):
     train_scores: Any
     holdout_scores: Any
     downloads: dict[str, str]
+    holdout_warning: dict[str, Any] | None = Field(
+        description="a simpler rule (speculation everywhere with an arm, or nowhere) that beats this policy on "
+        "its holdout with an interval excluding zero (delta_s = alternative - policy, seconds saved per "
+        "request), and the offer that stores it; null when none does"
+    )
+
+
+class PolicyAdoptIn(Strict):
+    """``alternative``: ``all_off`` or ``all_on:<arm>``, as the holdout warning names it."""
+
+    alternative: text(200, min_length=1)  # type: ignore[valid-type]
 
 
 class PolicyDeploymentOut(Open):
@@ -55,7 +74,7 @@ class PolicyFitIn(Strict):
 
     experiment: Id  # type: ignore[valid-type]
     arms: list[text(200)] | None = Field(None, max_length=64)  # type: ignore[valid-type]
-    load: text(100) | None = Field(None, description="a load level label, or \"all\" to pool every level")  # type: ignore[valid-type]
+    load: text(100) | None = Field(None, description='a load level label, or "all" to pool every level')  # type: ignore[valid-type]
     metric: text(50) | None = None  # type: ignore[valid-type]
     features: list[text(50)] | None = Field(None, max_length=32)  # type: ignore[valid-type]
     min_support: int | None = Field(None, ge=2, le=1_000_000)
@@ -124,7 +143,28 @@ def _detail(item: SlicePolicy) -> dict[str, Any]:
         "train_scores": item.train_scores,
         "holdout_scores": item.holdout_scores,
         "downloads": _downloads(item.pk),
+        "holdout_warning": policy_holdout_warning(policy=item),
     }
+
+
+@router.post(
+    "/policies/{id}/adopt",
+    response={201: PolicyDetailOut, **errors(400, 404)},
+    url_name="api-policy-adopt",
+    summary="Store the simpler rule a policy's holdout preferred as a new policy",
+    **access(capability=RUN_EXPERIMENT),
+)
+def policy_adopt_api(request: HttpRequest, id: Path[Id], payload: PolicyAdoptIn):  # type: ignore[valid-type]
+    """Needs permission accounts.run_experiment. ``alternative``: one the policy scored on its
+    holdout (its ``holdout_warning.alternative``, or any key of ``holdout_scores.alternatives``);
+    a 400 names the field otherwise. The new policy was chosen by looking at this holdout: its
+    holdout score is no independent check (``fit_details.adopted`` says where it came from)."""
+    item = row_or_404(SlicePolicy.objects.select_related("experiment"), id, what="policy")
+    try:
+        adopted = policy_adopt(policy=item, alternative=payload.alternative, created_by=request.user)
+    except PolicyInputError as exc:
+        raise ApiError(400, str(exc), details={"alternative": [str(exc)]}) from None
+    return Status(201, _detail(adopted))
 
 
 @router.post(
@@ -139,9 +179,7 @@ def policy_fit_api(request: HttpRequest, payload: PolicyFitIn):
     field (an arm the experiment does not have, a load level it did not run, a feature that is
     not known before execution) or says why the experiment cannot be fitted yet."""
     try:
-        policy = policy_fit_checked(
-            fields=payload.model_dump(exclude_none=True), created_by=request.user
-        )
+        policy = policy_fit_checked(fields=payload.model_dump(exclude_none=True), created_by=request.user)
     except PolicyFitRefused as exc:
         raise ApiError(400, exc.message, details=exc.details) from None
     return Status(201, _detail(policy))

@@ -23,7 +23,9 @@ Pipeline
 5. :func:`policy_score`: route every request of one split through the rules (first match wins)
    and report the realized benefit of the policy, of each candidate everywhere (all-on) and of
    the baseline everywhere (all-off, 0 by definition), with intervals, per rule too, the share of
-   traffic turned on, lost successes and regressions under the policy, and overfitting flags.
+   traffic turned on, lost successes and regressions under the policy, and overfitting flags;
+   :mod:`console.policies.alternatives` pits the policy against those simpler rules on the
+   holdout, paired per request, and says when one of them beats it.
 6. The rules become a router document (:mod:`console.policies.router`).
 """
 
@@ -91,6 +93,11 @@ def _slice_stats(pool: pd.DataFrame, combo: tuple[str, ...], params: FitParams) 
     return rows
 
 
+# Why a slice with the support, no regression and no lost success was not enabled: only its
+# interval, that is too few requests for the effect seen (``requests_needed`` says how many more).
+INTERVAL_CROSSES_ZERO = "benefit interval does not exclude zero"
+
+
 def _eligible(row: Mapping[str, Any], params: FitParams) -> str | None:
     """None when the slice may be enabled, else why not."""
     if row["n"] < params.min_support:
@@ -100,7 +107,7 @@ def _eligible(row: Mapping[str, Any], params: FitParams) -> str | None:
     if row["lost_successes"] > params.max_success_loss * row["n_requests"] + 1e-9:
         return f"loses {row['lost_successes']:g} successful request(s)"
     if not (np.isfinite(row["lo"]) and row["lo"] > 0):
-        return "benefit interval does not exclude zero"
+        return INTERVAL_CROSSES_ZERO
     return None
 
 

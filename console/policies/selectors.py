@@ -17,7 +17,10 @@ from console.policies import deploy
 from console.policies import features as policy_features
 from console.policies import pairs as policy_pairs
 from console.policies import words as policy_words
+from console.policies.alternatives import holdout_warning
+from console.policies.fitting import INTERVAL_CROSSES_ZERO
 from console.policies.models import SlicePolicy
+from console.policies.requests_needed import slice_requests_needed
 from console.results.selectors import results_frames
 from console.traces.models import TraceRequest
 
@@ -166,9 +169,79 @@ def policy_page(*, policy: SlicePolicy) -> dict[str, Any]:
         )
     considered = []
     for row in (policy.fit_details or {}).get("candidates", []):
-        considered.append({**row, "when_text": policy_words.when_text(row.get("when") or {})})
+        # Left off only for lack of data: how many more requests would decide it.
+        undecided = row.get("why_not") == INTERVAL_CROSSES_ZERO
+        needed = slice_requests_needed(row) if undecided else None
+        considered.append(
+            {
+                **row,
+                "when_text": policy_words.when_text(row.get("when") or {}),
+                "more_needed": needed.more if needed else None,
+                "needed_text": policy_words.requests_needed_text(row) if undecided else "",
+            }
+        )
     considered.sort(key=lambda r: (r.get("why_not") is not None, -(r.get("benefit") or 0.0)))
-    return {"rules": rows, "considered": considered[:300], "n_considered": len(considered)}
+    undecided_rows = sorted(
+        (r for r in considered if r["more_needed"] is not None), key=lambda r: r["more_needed"]
+    )
+    return {
+        "rules": rows,
+        "considered": considered[:300],
+        "n_considered": len(considered),
+        "undecided": {"n": len(undecided_rows), "nearest": undecided_rows[0] if undecided_rows else None},
+    }
+
+
+def policy_holdout(*, policy: SlicePolicy) -> dict[str, Any]:
+    """The holdout's simpler rules against ``policy`` (``console.policies.alternatives``), for its
+    page: ``scored`` (False for a policy stored before they were), ``alternatives`` (each in words,
+    with its paired difference alternative - policy as a benefit summary, seconds), ``warning``
+    (the one that beats the policy by the most, None when none does) and ``adopted`` (where a
+    policy adopted from another's warning came from, else None)."""
+    stored = (policy.holdout_scores or {}).get("alternatives")
+    rows = [
+        {
+            **a,
+            "label": policy_words.alternative_text(a.get("key")),
+            "difference": {"benefit": a.get("delta"), "lo": a.get("lo"), "hi": a.get("hi"), "n": a.get("n")},
+        }
+        for a in stored or []
+    ]
+    best = holdout_warning(stored)
+    adopted = (policy.fit_details or {}).get("adopted")
+    if adopted:
+        adopted = {**adopted, "label": policy_words.alternative_text(adopted.get("alternative"))}
+    return {
+        "scored": stored is not None,
+        "alternatives": rows,
+        "warning": next((r for r in rows if best and r.get("key") == best.get("key")), None),
+        "adopted": adopted or None,
+    }
+
+
+def policy_holdout_warning(*, policy: SlicePolicy) -> dict[str, Any] | None:
+    """The holdout warning as the API and the ``fit_policy`` command give it: which simpler rule
+    beats ``policy`` on its holdout (``delta_s``, ``lo_s``, ``hi_s``: alternative - policy,
+    seconds per request, with its interval; ``n`` requests) and the offer (the POST that stores
+    it as a policy); None when none does."""
+    best = holdout_warning((policy.holdout_scores or {}).get("alternatives"))
+    if best is None:
+        return None
+    return {
+        "alternative": best["key"],
+        "label": policy_words.alternative_text(best["key"]),
+        "statistic": (policy.params or {}).get("stat"),
+        "delta_s": best.get("delta"),
+        "lo_s": best.get("lo"),
+        "hi_s": best.get("hi"),
+        "n": best.get("n"),
+        "offer": {
+            "method": "POST",
+            "api": f"/api/policies/{policy.pk}/adopt",
+            "page": f"/policies/{policy.pk}/adopt/",
+            "fields": {"alternative": best["key"]},
+        },
+    }
 
 
 def policy_model(*, policy: SlicePolicy) -> str:

@@ -16,6 +16,7 @@ from django.db import transaction
 from console.accounts import roles
 from console.experiments.models import Experiment
 from console.jsonutil import json_safe
+from console.policies import alternatives as policy_alternatives
 from console.policies import features as policy_features
 from console.policies import fitting as policy_fitting
 from console.policies import pairs as policy_pairs
@@ -62,45 +63,128 @@ def policy_fit(
     fitted = policy_fitting.policy_fit(
         units, inputs.features, feature_names=names, arm_configs=inputs.arm_configs, params=params
     )
-    train = policy_fitting.policy_score(fitted["rules"], units, inputs.features, split="train", params=params)
-    holdout = policy_fitting.policy_score(fitted["rules"], units, inputs.features, split="holdout", params=params)
+    return _policy_store(
+        experiment=experiment,
+        inputs=inputs,
+        pairs=pairs,
+        units=units,
+        rules=fitted["rules"],
+        details={"candidates": fitted["candidates"]},
+        load=load,
+        metric=metric,
+        features=names,
+        params=params,
+        created_by=created_by,
+    )
+
+
+def _policy_store(
+    *,
+    experiment: Experiment,
+    inputs: PolicyInputs,
+    pairs: pd.DataFrame,
+    units: pd.DataFrame,
+    rules: list[dict[str, Any]],
+    details: dict[str, Any],
+    load: str | None,
+    metric: str,
+    features: Sequence[str],
+    params: policy_fitting.FitParams,
+    created_by: Any,
+) -> SlicePolicy:
+    """Score ``rules`` on train and on holdout (each load level alone too when loads are
+    pooled), score the holdout's alternatives (:mod:`console.policies.alternatives`), store."""
+    train = policy_fitting.policy_score(rules, units, inputs.features, split="train", params=params)
+    holdout = policy_fitting.policy_score(rules, units, inputs.features, split="holdout", params=params)
     if load is None and pairs["load"].nunique() > 1:
         # Pooled loads can hide a level where the policy stops paying: score each level too.
         _score_by_load(
             ((train, "train"), (holdout, "holdout")),
             experiment=experiment,
-            rules=fitted["rules"],
+            rules=rules,
             pairs=pairs,
             features=inputs.features,
             params=params,
         )
-    document = json_safe(policy_router.rules_document(fitted["rules"]))
+    holdout["alternatives"] = policy_alternatives.holdout_alternatives(
+        rules, units, inputs.features, params=params
+    )
+    document = json_safe(policy_router.rules_document(rules))
     return SlicePolicy.objects.create(
         experiment=experiment,
         baseline_arm=inputs.baseline_arm,
         arms=sorted(inputs.arm_configs),
         load=load or "",
         metric=metric,
-        features=names,
+        features=list(features),
         params={
-            "min_support": min_support,
-            "ci": ci,
+            "min_support": params.min_support,
+            "ci": params.ci,
             "stat": params.stat,
-            "max_success_loss": max_success_loss,
+            "max_success_loss": params.max_success_loss,
             "max_features": params.max_features,
         },
         rules=document,
         rules_sha256=policy_router.document_sha256(document),
-        fit_details=json_safe(
-            {
-                "rules_train": [r.get("train") for r in fitted["rules"]],
-                "candidates": fitted["candidates"],
-            }
-        ),
+        fit_details=json_safe({"rules_train": [r.get("train") for r in rules], **details}),
         train_scores=json_safe(train),
         holdout_scores=json_safe(holdout),
         overfitting=json_safe(policy_fitting.overfitting_flags(train, holdout)),
         source_runs=inputs.run_ids,
+        created_by=created_by,
+    )
+
+
+@transaction.atomic
+def policy_adopt(*, policy: SlicePolicy, alternative: str, created_by: Any) -> SlicePolicy:
+    """Store ``alternative`` (a key of ``policy``'s scored holdout alternatives: ``all_on:<arm>``
+    or ``all_off``) as a new policy on the same experiment, candidates, load, metric, features
+    and parameters, scored like a fitted one. It was chosen by looking at ``policy``'s holdout, so
+    its ``fit_details["adopted"]`` says so and the page warns that its holdout score is no
+    independent check. Raises ``PolicyInputError`` for an alternative ``policy`` did not score."""
+    if created_by is None or not created_by.has_perm(roles.RUN_EXPERIMENT):
+        raise PermissionDenied(f"needs permission {roles.RUN_EXPERIMENT}")
+    if policy.metric not in policy_pairs.METRICS:
+        raise PolicyInputError(f"the policy's metric {policy.metric!r} is no longer one the console fits")
+    scored = {a.get("key"): a for a in (policy.holdout_scores or {}).get("alternatives") or []}
+    if alternative not in scored:
+        known = ", ".join(map(str, scored)) or "none (refit the policy to score them)"
+        raise PolicyInputError(
+            f"alternative: {alternative[:80]!r} is not one this policy scored; it scored {known}"
+        )
+    inputs = policy_inputs(experiment=policy.experiment, arms=list(policy.arms), load=policy.load or None)
+    stored = policy.params or {}
+    params = policy_fitting.FitParams(
+        min_support=int(stored.get("min_support", 10)),
+        stat=str(stored.get("stat", policy_pairs.METRICS[policy.metric][1])),
+        ci=float(stored.get("ci", 0.95)),
+        max_success_loss=float(stored.get("max_success_loss", 0.0)),
+        max_features=int(stored.get("max_features", 2)),
+    )
+    pairs = policy_pairs.pairs_build(inputs.derived, baseline_arm=inputs.baseline_arm, metric=policy.metric)
+    scope = (
+        {"model": inputs.features["model"].iloc[0]}
+        if "model" in policy.features and len(inputs.features)
+        else {}
+    )
+    try:
+        rules = policy_alternatives.alternative_rules(
+            alternative, arm_configs=inputs.arm_configs, scope=scope
+        )
+    except ValueError as exc:
+        raise PolicyInputError(f"alternative: {exc}") from None
+    adopted = {"from_policy": policy.pk, "alternative": alternative, "holdout": scored[alternative]}
+    return _policy_store(
+        experiment=policy.experiment,
+        inputs=inputs,
+        pairs=pairs,
+        units=policy_pairs.units_build(pairs),
+        rules=rules,
+        details={"candidates": [], "adopted": adopted},
+        load=policy.load or None,
+        metric=policy.metric,
+        features=policy.features,
+        params=params,
         created_by=created_by,
     )
 

@@ -7,6 +7,7 @@ urlpatterns = [
     path("", views.policy_list_view, name="list"),
     path("new/", views.policy_new, name="new"),
     path("<int:pk>/", views.policy_detail, name="detail"),
+    path("<int:pk>/adopt/", views.policy_adopt_view, name="adopt"),
     path("<int:pk>/rules.json", views.policy_rules_json, name="rules-json"),
     path("<int:pk>/vllm-serve.sh", views.policy_serve_sh, name="serve-sh"),
     path("<int:pk>/litellm.yaml", views.policy_router_yaml, name="router-yaml"),

@@ -6,7 +6,7 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_http_methods, require_safe
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from console import numbers
 from console.accounts.access import capability_required
@@ -25,10 +25,11 @@ from console.policies.selectors import (
     PolicyInputError,
     policy_deployment,
     policy_export,
+    policy_holdout,
     policy_list,
     policy_page,
 )
-from console.policies.services import policy_fit
+from console.policies.services import policy_adopt, policy_fit
 from console.words import metric_words
 
 
@@ -143,8 +144,13 @@ def policy_detail(request, pk: int):
             "summary_rows": summary_rows,
             "train": train,
             "holdout": holdout,
-            "share_on": {"train": numbers.rate(train.get("share_on")), "holdout": numbers.rate(holdout.get("share_on"))},
-            "overfitting_reasons": [policy_words.reason_text(r) for r in (policy.overfitting or {}).get("reasons", [])],
+            "share_on": {
+                "train": numbers.rate(train.get("share_on")),
+                "holdout": numbers.rate(holdout.get("share_on")),
+            },
+            "overfitting_reasons": [
+                policy_words.reason_text(r) for r in (policy.overfitting or {}).get("reasons", [])
+            ],
             "metric_label": policy_pairs.METRICS[policy.metric][2]
             if policy.metric in policy_pairs.METRICS
             else policy_words.metric_text(policy.metric),
@@ -154,12 +160,39 @@ def policy_detail(request, pk: int):
             "by_load": by_load,
             "considered": page["considered"],
             "n_considered": page["n_considered"],
+            "undecided": page["undecided"],
+            "holdout_view": policy_holdout(policy=policy),
+            "can_fit": request.user.has_perm(RUN_EXPERIMENT),
             "pools": deploy.serve_lines(deployment) if deployment else [],
             "routing": deployment,
             "routing_table": deployment.table[:200] if deployment else [],
             "deploy_error": deploy_error,
         },
     )
+
+
+@capability_required(RUN_EXPERIMENT)
+@require_POST
+def policy_adopt_view(request, pk: int):
+    """The holdout warning's offer: store the simpler rule the holdout preferred (``alternative``,
+    e.g. ``all_on:<arm>``) as a new policy. 400 naming the field for one this policy did not score."""
+    policy = get_object_or_404(SlicePolicy.objects.select_related("experiment"), pk=pk)
+    alternative = request.POST.get("alternative", "")
+    if not alternative or len(alternative) > 300 or "\x00" in alternative:
+        return HttpResponse(
+            "alternative: required, one of the policy's scored alternatives (all_off or all_on:<arm>)\n",
+            status=400,
+            content_type="text/plain; charset=utf-8",
+        )
+    try:
+        adopted = policy_adopt(policy=policy, alternative=alternative, created_by=request.user)
+    except (PolicyInputError, policy_features.FeatureError) as exc:
+        return HttpResponse(f"{exc}\n", status=400, content_type="text/plain; charset=utf-8")
+    messages.success(
+        request,
+        f"Policy {adopted.pk}: {policy_words.alternative_text(alternative)}, chosen on policy {policy.pk}'s holdout.",
+    )
+    return redirect("policies:detail", pk=adopted.pk)
 
 
 @require_safe

@@ -10,8 +10,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from console import numbers
+from console.policies.alternatives import ALL_OFF, ALL_ON
 from console.policies.features import ALLOWED_FEATURES
 from console.policies.pairs import METRICS
+from console.policies.requests_needed import slice_requests_needed
 from console.words import DIMENSION_LABELS, key_words, metric_words, plain_value
 
 # What each feature is, in words (features.ALLOWED_FEATURES says it with the keys of a request).
@@ -83,3 +85,28 @@ def benefit_text(summary: Mapping[str, Any] | None) -> str:
 
 def _bare_ms(seconds: Any) -> str:
     return numbers.milliseconds(seconds, signed=True).removesuffix(" ms")
+
+
+def alternative_text(key: Any) -> str:
+    """An alternative rule (``console.policies.alternatives``) in words: "speculation everywhere
+    with ngram k=4", "speculation nowhere (the baseline everywhere)"."""
+    text = str(key)
+    if text.startswith(ALL_ON):
+        return f"speculation everywhere with {text.removeprefix(ALL_ON)}"
+    if text == ALL_OFF:
+        return "speculation nowhere (the baseline everywhere)"
+    return text
+
+
+def requests_needed_text(row: Mapping[str, Any]) -> str:
+    """How many more train requests would decide a slice left off only for its interval
+    (``console.policies.requests_needed``), in words: "about 140 more requests (200 in all)
+    would show it faster, if the effect holds", or why no number would."""
+    need = slice_requests_needed(dict(row))
+    if need.more is None or need.n_needed is None:
+        return need.reason or numbers.DASH
+    side = "faster" if (row.get("benefit") or 0) > 0 else "slower"
+    return (
+        f"about {numbers.count(need.more)} more requests ({numbers.count(need.n_needed)} in all) "
+        f"would show it {side}, if the effect holds"
+    )

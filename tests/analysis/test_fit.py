@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from console.analysis import fit_assessment, fit_conditions, fit_stats
+from console.analysis import fit_assessment, fit_conditions, fit_proposers, fit_stats
 from console.analysis.metrics import requests_derive
 from tests.analysis.builders import request_row
 
@@ -149,16 +149,223 @@ def test_it_judges_traffic_by_class_mix_and_measured_concurrency():
 def test_it_names_the_proposers_this_engine_and_target_have():
     likely = cond(assess(), "proposer")
     names = {p["proposer"]: p for p in likely["numbers"]["proposers"]}
-    assert likely["verdict"] == "likely" and set(names) == {"ngram", "qwen2.5-coder-0.5b"}
+    assert likely["verdict"] == "likely" and set(names) == {"ngram", "suffix", "qwen2.5-coder-0.5b"}
     assert names["ngram"]["configured"] and names["qwen2.5-coder-0.5b"]["source"] == "model catalog"
-    cross = cond(assess(target="smollm2-135m", specs=[{"method": "draft_model", "model": "qwen2.5-coder-0.5b"}]), "proposer")
-    assert cross["verdict"] == "unlikely"
+    assert names["suffix"]["source"].startswith("not on this engine")  # suffix decoding is vLLM's
+    assert (
+        "copy from the prompt" in names["ngram"]["suits"]
+        and "general text" in names["qwen2.5-coder-0.5b"]["suits"]
+    )
+    cross = cond(
+        assess(target="smollm2-135m", specs=[{"method": "draft_model", "model": "qwen2.5-coder-0.5b"}]),
+        "proposer",
+    )
+    assert cross["verdict"] == "unknown" and "suffix" not in cross["reason"]  # not on hf
+    assert "n-gram (prompt lookup) is available whatever the target" in cross["reason"]
     draft = next(p for p in cross["numbers"]["proposers"] if p["proposer"] == "qwen2.5-coder-0.5b")
     assert "cross-vocabulary" in draft["kind"] and "greedy-only" in draft["note"]
-    unknown = cond(assess(target="meta-llama/Llama-3.1-8B", engine="vllm"), "proposer")
+    unknown = cond(
+        assess(
+            target="meta-llama/Llama-3.1-8B", engine="vllm", specs=[{"method": "draft_model", "model": "x/y"}]
+        ),
+        "proposer",
+    )
     assert unknown["verdict"] == "unknown" and "does not know" in unknown["reason"]
-    eagle = cond(assess(target="meta-llama/Llama-3.1-8B", engine="vllm", specs=[{"method": "eagle3"}]), "proposer")
-    assert eagle["verdict"] == "likely" and any(p["kind"] == "EAGLE3 head" for p in eagle["numbers"]["proposers"])
+    assert "n-gram (prompt lookup) and suffix decoding are available whatever the target" in unknown["reason"]
+    eagle = cond(
+        assess(target="meta-llama/Llama-3.1-8B", engine="vllm", specs=[{"method": "eagle3"}]), "proposer"
+    )
+    assert eagle["verdict"] == "likely" and any(
+        p["kind"] == "EAGLE3 head" for p in eagle["numbers"]["proposers"]
+    )
+
+
+@pytest.mark.parametrize("engine", ["hf", "vllm", "openai"])
+@pytest.mark.parametrize(
+    "target", ["qwen2.5-coder-1.5b", "smollm2-135m", "meta-llama/Llama-3.1-8B", "synthetic"]
+)
+def test_an_ngram_candidate_never_reads_unlikely_for_the_proposer(engine, target):
+    specs = [
+        {"method": "ngram", "num_speculative_tokens": 4},
+        {"method": "draft_model", "model": "qwen2.5-coder-0.5b"},
+    ]
+    proposer = cond(assess(target=target, engine=engine, specs=specs), "proposer")
+    assert proposer["verdict"] == "likely"
+    if target in (
+        "smollm2-135m",
+        "meta-llama/Llama-3.1-8B",
+        "synthetic",
+    ):  # no same-tokenizer draft: n-gram's turn
+        assert "needs no model, so it exists whatever the target" in proposer["reason"]
+        assert "outputs that copy from the prompt (code edits, RAG, summarisation)" in proposer["reason"]
+
+
+def test_suffix_decoding_is_a_proposer_whatever_the_target_on_vllm():
+    proposer = cond(
+        assess(target="meta-llama/Llama-3.1-8B", engine="vllm", specs=[{"method": "suffix"}]), "proposer"
+    )
+    suffix = next(p for p in proposer["numbers"]["proposers"] if p["proposer"] == "suffix")
+    assert proposer["verdict"] == "likely" and suffix["source"] == "always available" and suffix["configured"]
+    assert "repeat earlier outputs" in proposer["reason"]
+    lines = fit_assessment.numbers_lines("proposer", proposer["numbers"])
+    assert (
+        "suffix: suffix decoding (always available, configured; needs no model); suits repetitive" in lines[1]
+    )
+
+
+# --- drafter acceptance high enough: break-even k*c + 1 tokens per target pass ----------------
+
+
+def headline(arm, load, *, tpot, tpp=None) -> dict:
+    return {"arm": arm, "load": load, "tpot_s_mean": tpot, "tokens_per_pass": tpp}
+
+
+def evidence(arm, load, *, source="per-request", drafts=100, drafted=400, accepted=200, length=None) -> dict:
+    rate = accepted / drafted if drafted else None
+    return {"arm": arm, "load": load, "source": source, "drafts": drafts, "drafted": drafted, "accepted": accepted,
+            "acceptance_rate": rate, "mean_acceptance_length": length}  # fmt: skip
+
+
+def drafter(*, heads=(), spec=(), configs=None, target="qwen2.5-coder-1.5b") -> dict:
+    candidates = fit_stats.candidate_fit_stats(
+        headline=list(heads), speculation=list(spec), configs=configs or {}, baseline_arm="baseline"
+    )
+    result = fit_assessment.fit_assess(
+        trace=trace(), engine="vllm", target_model=target, specs=[c for c in (configs or {}).values() if c],
+        load_levels=LEVELS, runs=[], catalog=CATALOG, candidates=candidates,
+    )  # fmt: skip
+    return cond(result, "drafter_acceptance")
+
+
+NGRAM4 = {"method": "ngram", "num_speculative_tokens": 4}
+DRAFT4 = {"method": "draft_model", "model": "qwen2.5-coder-0.5b", "num_speculative_tokens": 4}
+
+
+def test_a_drafter_pays_when_its_tokens_per_pass_beat_k_c_plus_one():
+    # 2x: the candidate's 12 ms per token x 2.0 tokens per pass = 24 ms per pass against the
+    # baseline's 20 ms per token: 1.2 target steps per pass, so c = (1.2 - 1) / 4 = 0.05 and it
+    # needs more than 4 x 0.05 + 1 = 1.2 tokens per pass; it gets 2.0. At 1x it would need more.
+    heads = [headline("baseline", "1x", tpot=0.010), headline("baseline", "2x", tpot=0.020),
+             headline("ngram k=4", "1x", tpot=0.030, tpp=1.5), headline("ngram k=4", "2x", tpot=0.012, tpp=2.0)]  # fmt: skip
+    spec = [evidence("ngram k=4", "1x"), evidence("ngram k=4", "2x")]
+    result = drafter(heads=heads, spec=spec, configs={"baseline": None, "ngram k=4": NGRAM4})
+    assert result["verdict"] == "likely" and result["numbers"]["judged_at"] == "2x"
+    (row,) = result["numbers"]["candidates"]
+    assert row["load"] == "2x" and row["k"] == 4.0 and row["c"] == pytest.approx(0.05)
+    assert row["c_source"].startswith("measured")
+    assert (
+        row["needed_tokens_per_pass"] == pytest.approx(1.2) and row["tokens_per_pass"] == 2.0 and row["pays"]
+    )
+    assert row["alpha"] == 0.5 and row["expected_tokens_per_pass"] == pytest.approx(
+        1.9375
+    )  # (1 - 0.5^5) / 0.5
+    # Break-even acceptance: 1 + a + a^2 + a^3 + a^4 = 1.2 at a = 0.1668 (1 + .1668 + .0278 + .0046
+    # + .0008 = 1.2000).
+    assert row["alpha_needed"] == pytest.approx(0.1668, abs=1e-4)
+    assert fit_proposers.tokens_per_verification(row["alpha_needed"], 4) == pytest.approx(1.2)
+    assert (
+        "2.00 tokens per target pass, needs more than 1.20 tokens (k 4.00 × c 0.0500 + 1)" in result["reason"]
+    )
+    lines = fit_assessment.numbers_lines("drafter_acceptance", result["numbers"])
+    assert lines[0] == "judged at load 2x"
+    assert lines[1] == (
+        "ngram k=4 at 2x: acceptance 50% (break-even 16.7%); tokens per target pass 2.00 tokens (per-request "
+        "records; 1.94 tokens expected from the acceptance, i.i.d.), needs more than 1.20 tokens (k 4.00 × c "
+        "0.0500 + 1); a drafter step costs 0.0500 of a target step (measured: the candidate's time per target "
+        "pass / the baseline's per token)"
+    )
+
+
+def test_a_drafter_that_costs_more_than_its_acceptance_returns_is_unlikely():
+    # 30 ms x 1.3 tokens per pass = 39 ms per pass against 20 ms per token: 1.95 target steps
+    # per pass (c = 0.95 / 4 = 0.2375); 1.3 tokens per pass do not pay for it.
+    heads = [headline("baseline", "2x", tpot=0.020), headline("draft k=4", "2x", tpot=0.030, tpp=1.3)]
+    spec = [evidence("draft k=4", "2x", accepted=120)]
+    result = drafter(heads=heads, spec=spec, configs={"draft k=4": DRAFT4})
+    (row,) = result["numbers"]["candidates"]
+    assert result["verdict"] == "unlikely" and row["pays"] is False
+    assert row["c"] == pytest.approx(0.2375) and row["needed_tokens_per_pass"] == pytest.approx(1.95)
+    assert row["alpha"] == pytest.approx(0.3) and fit_proposers.tokens_per_verification(
+        row["alpha_needed"], 4
+    ) == pytest.approx(1.95)
+    assert "no candidate pays for its drafting" in result["reason"]
+
+
+def test_it_estimates_c_where_the_runs_cannot_measure_it():
+    # Server counters only: no per-request tokens per pass, so c is the n-gram estimate (0) and
+    # the server's mean acceptance length stands for tokens per (drafting) pass.
+    heads = [headline("baseline", "2x", tpot=0.02), headline("ngram k=3", "2x", tpot=0.015, tpp=1.0)]
+    spec = [
+        evidence(
+            "ngram k=3",
+            "2x",
+            source="run-level (server counters)",
+            drafts=10,
+            drafted=30,
+            accepted=12,
+            length=2.2,
+        )
+    ]
+    result = drafter(heads=heads, spec=spec, configs={"ngram k=3": NGRAM4 | {"num_speculative_tokens": 3}})
+    (row,) = result["numbers"]["candidates"]
+    assert row["c"] == 0.0 and row["c_source"] == "estimated: no model, a lookup on the host"
+    assert row["tokens_per_pass"] == 2.2 and row["tokens_per_pass_source"] == "run-level (server counters)"
+    assert (
+        row["needed_tokens_per_pass"] == 1.0 and row["alpha_needed"] == 0.0 and result["verdict"] == "likely"
+    )
+    # Before any run, a draft model's c is its weight bytes over the target's: 490 / 1,100.
+    before = drafter(configs={"draft k=4": DRAFT4})
+    (row,) = before["numbers"]["candidates"]
+    assert row["c"] == pytest.approx(490 / 1100) and row["needed_tokens_per_pass"] == pytest.approx(
+        4 * 490 / 1100 + 1
+    )
+    assert row["alpha"] is None and row["pays"] is None
+    assert before["verdict"] == "unknown" and before["reason"].startswith(
+        "not measured: no comparison of the candidates yet"
+    )
+    assert "draft k=4 needs more than 2.78 tokens per target pass" in before["reason"]
+
+
+def test_the_drafter_condition_is_not_measured_without_its_inputs():
+    # An EAGLE head before any run: no timing and no estimate of its cost.
+    eagle = drafter(configs={"eagle k=3": {"method": "eagle", "num_speculative_tokens": 3}})
+    assert (
+        eagle["verdict"] == "unknown" and eagle["reason"] == "not measured: no comparison of the candidates yet"
+    )
+    row = eagle["numbers"]["candidates"][0]
+    assert (
+        row["c"] is None
+        and row["needed_tokens_per_pass"] is None
+        and row["c_source"].startswith("not measured")
+    )
+    line = fit_assessment.numbers_lines("drafter_acceptance", eagle["numbers"])[1]
+    assert "acceptance not measured (break-even not measured)" in line
+    assert (
+        "tokens per target pass not measured, needs not measured; a drafter step costs not measured" in line
+    )
+    # A candidate that ran with no acceptance evidence at all (a server without counters).
+    heads = [headline("baseline", "2x", tpot=0.02), headline("ngram k=4", "2x", tpot=0.02, tpp=None)]
+    spec = [evidence("ngram k=4", "2x", source=None, drafts=None, drafted=None, accepted=0)]
+    silent = drafter(heads=heads, spec=spec, configs={"ngram k=4": NGRAM4})
+    assert (
+        silent["verdict"] == "unknown"
+        and "no candidate has both its acceptance and its cost" in silent["reason"]
+    )
+    assert silent["numbers"]["candidates"][0]["pays"] is None
+    # No speculative candidate at all (an A/A experiment).
+    assert drafter(configs={"again": None})["reason"] == "not measured: no speculative candidate"
+
+
+def test_break_even_acceptance_inverts_the_iid_expectation():
+    assert (
+        fit_proposers.tokens_per_verification(0.0, 4) == 1.0
+        and fit_proposers.tokens_per_verification(1.0, 4) == 5
+    )
+    assert fit_proposers.break_even_alpha(1.0, 4) == 0.0 and fit_proposers.break_even_alpha(5.0, 4) is None
+    for needed in (1.5, 2.0, 3.0, 4.5):
+        alpha = fit_proposers.break_even_alpha(needed, 4)
+        assert 0 < alpha < 1 and fit_proposers.tokens_per_verification(alpha, 4) == pytest.approx(needed)
+    assert fit_proposers.break_even_alpha(2.0, 1) is None  # k + 1 tokens only at 100 %: equal, never more
 
 
 def test_it_warns_where_generation_is_under_half_of_end_to_end_latency():
@@ -216,3 +423,35 @@ def test_it_reads_recorded_lengths_and_external_time_from_metadata():
     assert fit_stats.answer_correct("nan", "nan") is None and fit_stats.answer_correct("1", {"x": 1}) is None
     assert fit_stats.external_seconds({"retrieval_s": True, "tool_s": "1e308"}) == 0.0
     assert fit_stats.external_seconds(["not", "a", "mapping"]) == 0.0  # type: ignore[arg-type]
+
+
+@pytest.mark.django_db
+def test_the_experiment_page_judges_each_candidates_drafter_from_the_stored_comparison(viewer_client):
+    from console.analysis.selectors import comparison_summary_for_experiment
+    from console.analysis.services import comparison_refresh
+    from tests.support.synthetic import experiment_synthesize
+
+    experiment = experiment_synthesize(n_requests=20, ks=(2, 4), loads="1x,2x", repeats=1, seed=5)
+    url = f"/api/experiments/{experiment.pk}"
+    before = cond(viewer_client.get(url).json()["fit_assessment"], "drafter_acceptance")
+    assert before["verdict"] == "unknown" and before["reason"].startswith("not measured: no comparison of the candidates yet")
+    comparison_refresh(experiment_id=experiment.pk, n_boot=20)
+    summary = comparison_summary_for_experiment(experiment=experiment)
+    after = cond(viewer_client.get(url).json()["fit_assessment"], "drafter_acceptance")
+    rows = {r["arm"]: r for r in after["numbers"]["candidates"]}
+    assert set(rows) == {"ngram k=2", "ngram k=4"} and after["numbers"]["judged_at"] == "2x"
+    head = {(h.arm, h.load): h for h in summary.headline}
+    for arm, row in rows.items():
+        cand, base = head[(arm, "2x")], head[("baseline", "2x")]
+        assert row["load"] == "2x" and row["alpha"] == pytest.approx(cand.acceptance_rate)
+        assert row["tokens_per_pass"] == pytest.approx(cand.tokens_per_pass) and row["k"] == cand.drafted / cand.drafts
+        # c from the runs: the candidate's seconds per target pass over the baseline's per token, less one, per k.
+        per_pass = cand.tpot_s_mean * cand.tokens_per_pass / base.tpot_s_mean
+        assert row["c"] == pytest.approx(max(per_pass - 1, 0) / row["k"]) and row["c_source"].startswith("measured")
+        assert row["pays"] == (cand.tokens_per_pass > row["k"] * row["c"] + 1)
+    assert after["verdict"] == ("likely" if any(r["pays"] for r in rows.values()) else "unlikely")
+    html = viewer_client.get(f"/experiments/{experiment.pk}/").content.decode()
+    section = html[html.index('id="fit-drafter_acceptance"') : html.index("</tr>", html.index('id="fit-drafter_acceptance"'))]
+    assert "The drafter&#x27;s acceptance is high enough to pay for its cost" in section
+    assert "ngram k=2 at 2x: acceptance" in section and "tokens per target pass" in section
+    assert "6 conditions, judged" in html

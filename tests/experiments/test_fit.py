@@ -48,7 +48,9 @@ def test_it_refines_the_assessment_from_the_baselines_stored_results(viewer_clie
     fit = body["fit_assessment"]
     assert fit["stage"] == "after 2 baseline run(s)" and fit["pending_runs"] == 0
     conditions = {c["name"]: c for c in fit["conditions"]}
-    assert set(conditions) == {"quality_bar", "output_length", "serving_headroom", "interactive_traffic", "proposer"}
+    assert set(conditions) == {
+        "quality_bar", "output_length", "serving_headroom", "interactive_traffic", "proposer", "drafter_acceptance"
+    }  # fmt: skip
     # The synthetic outputs have 8..63 tokens: none reaches 64.
     length = conditions["output_length"]
     assert length["numbers"]["source"] == "baseline outputs" and length["verdict"] == "unlikely"
@@ -60,7 +62,8 @@ def test_it_refines_the_assessment_from_the_baselines_stored_results(viewer_clie
     assert traffic["numbers"]["classes"] == {"interactive": 18, "batch": 6}
     assert {lv["load"] for lv in traffic["numbers"]["loads"]} == {"1x", "2x"}
     assert all(lv["inflight_mean"] is not None for lv in traffic["numbers"]["loads"])
-    assert conditions["proposer"]["verdict"] == "unknown"  # 'synthetic' is no catalog model
+    # 'synthetic' is no catalog model, but its candidate is n-gram: a proposer whatever the target.
+    assert conditions["proposer"]["verdict"] == "likely"
     shares = {g["traffic_class"]: g for g in fit["generation_share"]}
     assert set(shares) == {"interactive", "batch"} and shares["interactive"]["n"] == 36
     assert 0.5 < shares["interactive"]["median"] <= 1 and shares["interactive"]["warning"] is None
@@ -120,6 +123,7 @@ def test_it_lists_the_conditions_in_the_decision_checklist(engineer, engineer_cl
         "fit_serving_headroom",
         "fit_interactive_traffic",
         "fit_proposer",
+        "fit_drafter_acceptance",
     ]
     assert all(i["answer"] in ("likely", "unlikely", "unknown") and i["detail"] for i in fit_items)
     # Evidence to read: never counted as unanswered, never offered as a question.

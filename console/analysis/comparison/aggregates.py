@@ -5,12 +5,13 @@ point deltas against the baseline's slice. Seconds, tokens, USD, joules."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from console.analysis.acceptance import acceptance_aggregate, tokens_per_pass
+from console.analysis.comparison.saturation import SaturationRow, saturation_rows
 from console.analysis.comparison.spec import RUN_SPREAD_COLUMNS, SLICE_POINT_COLUMNS
 from console.analysis.cost import cost_per_success, run_costs
 from console.analysis.latency import metrics_aggregate
@@ -153,12 +154,14 @@ def slice_rows(agg: Aggregator, *, dims: Sequence[str], base_arm: str) -> pd.Dat
 
 @dataclass(frozen=True)
 class Tables:
-    """Stage 2's output: the per-run, headline (arm x load), spread and slice tables."""
+    """Stage 2's output: the per-run, headline (arm x load), spread and slice tables, and
+    whether each arm x load was past saturation (:mod:`.saturation`)."""
 
     per_run: pd.DataFrame
     headline: pd.DataFrame
     spread: pd.DataFrame
     slices: pd.DataFrame
+    saturation: list[SaturationRow] = field(default_factory=list)
 
 
 def aggregates_stage(
@@ -170,5 +173,9 @@ def aggregates_stage(
     headline = headline_rows(agg, costs, base_arm=base_arm, regressions=regressions)
     spread = spread_rows(per_run)
     return Tables(
-        per_run=per_run, headline=headline, spread=spread, slices=slice_rows(agg, dims=dims, base_arm=base_arm)
+        per_run=per_run,
+        headline=headline,
+        spread=spread,
+        slices=slice_rows(agg, dims=dims, base_arm=base_arm),
+        saturation=saturation_rows(agg.derived, base_arm=base_arm),
     )

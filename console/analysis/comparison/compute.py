@@ -2,7 +2,7 @@
 comparison (schema in :mod:`console.analysis.comparison.schema`), stage by stage:
 
 1. derive per-request metrics, slices, quality flags and success (:mod:`.derive`);
-2. aggregate per run, per arm x load and per slice, with acceptance and costs (:mod:`.aggregates`);
+2. aggregates per run, arm x load and slice, acceptance, costs, saturation (:mod:`.aggregates`);
 3. the noise floor and the baseline's stability (:mod:`.noise`);
 4. paired, request-clustered comparisons per load (:mod:`.paired`), the primary endpoints with
    Holm's correction, and the knees (:mod:`.knee`);
@@ -99,7 +99,6 @@ def inference_stages(
     notes += paired["notes"]
     primary = primary_holm(paired["slice_deltas"], endpoints=endpoints)
     return {"floors": floors, "stability": stability, "paired": paired, "primary": primary, "notes": notes}
-
 
 
 def comparison_compute(
@@ -337,6 +336,7 @@ def _summary(
         **({"environment": sections["environment"]} if sections["environment"] is not None else {}),
         "memory_sources": sections["memory_sources"],
         "kv": json_safe(kv_rows(runs, base_arm=base_arm)),
+        "saturation": tables.saturation,
         "sessions": session_tables(derived),
         "quality": sections["quality"],
         "correctness": sections["correctness"],

@@ -591,6 +591,24 @@ class KvRow(Record):
     waiting_peak: Value
 
 
+class SaturationRow(Record):
+    """Whether one arm was past saturation at one load (``.saturation``): the medians over its
+    runs of the rates (requests/s) and of the first and last thirds' waits (seconds)."""
+
+    arm: str
+    load: str
+    is_baseline: bool
+    n_runs: int
+    arrival_rps: Value
+    completed_rps: Value
+    wait_first_s: Value  # median wait (scheduled -> first token), first third by arrival
+    wait_last_s: Value  # ... last third
+    rate_short: bool | None  # completed rate below the tolerance x the arrival rate
+    waits_grew: bool | None
+    saturated: bool | None  # None: not measured (``reason``)
+    reason: str | None
+
+
 # --- sessions, quality and correctness ------------------------------------------------------
 
 
@@ -833,7 +851,9 @@ class Comparison(Record):
     runs: tuple[RunRow, ...]
     spread: tuple[SpreadRow, ...]
     slices: tuple[SliceRow, ...]  # dimension x value x arm x load
-    slice_dimensions: tuple[str, ...]  # turn_bucket only for multi-turn traces
+    # turn_bucket only for multi-turn traces; run_output_bucket only for two or more declared
+    # output buckets (Experiment.output_buckets, each replayed in runs of its own)
+    slice_dimensions: tuple[str, ...]
     slice_cdf: SliceCdf
     cdf: LatencyCdf
     acceptance: AcceptanceTables
@@ -843,6 +863,8 @@ class Comparison(Record):
     # per arm, where its peak memory came from (.memory_sources); None (absent): stored before
     memory_sources: dict[str, str] | None = _absent()
     kv: tuple[KvRow, ...]  # arm x load, where the engine preallocates (vLLM); else empty
+    # arm x load: past saturation over the replay window; None (absent): stored before the check
+    saturation: tuple[SaturationRow, ...] | None = _absent()
     sessions: Sessions
     quality: Quality
     correctness: Correctness

@@ -28,6 +28,7 @@ SLICE_INTERVALS: dict[str, dict[str, tuple[str, ...]]] = {
     "prompt_bucket": SLICE_STATS,
     "output_bucket": SLICE_STATS,
     "turn_bucket": SLICE_STATS,
+    "run_output_bucket": SLICE_STATS,
 }
 # Per-request column behind a slice-only metric: a request's share of its traffic class's goodput
 # (met its deadline x the class's requests in the run / the baseline's wall seconds at that load and

@@ -18,31 +18,45 @@ from console.jsonutil import canonical_json
 from console.numbers import milliseconds
 from console.policies import deploy, schedule_page
 from console.policies.fit_request import PolicyFitRefused, policy_fit_checked
-from console.policies.selectors import policy_deployment, policy_export
+from console.policies.selectors import policy_deployment, policy_export, policy_holdout_warning
 
 EXPORTS = ("summary", "json", "rules", "vllm", "litellm", "schedule")
 
 
 class Command(BaseCommand):
-    help = "Fit a slice policy on an experiment's train split, score it on the holdout, print it or an export."
+    help = (
+        "Fit a slice policy on an experiment's train split, score it on the holdout, print it or an export."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("experiment", type=int, help="the experiment's id")
         parser.add_argument("--user", required=True, help="who fits it (needs the run-experiment permission)")
-        parser.add_argument("--arms", nargs="+", help="candidate arms to choose among (default: every candidate)")
-        parser.add_argument("--load", help='a load level label, or "all" to pool every level (default: the first)')
+        parser.add_argument(
+            "--arms", nargs="+", help="candidate arms to choose among (default: every candidate)"
+        )
+        parser.add_argument(
+            "--load", help='a load level label, or "all" to pool every level (default: the first)'
+        )
         parser.add_argument("--metric", help="the per-request saving to maximise (default: tpot_s)")
-        parser.add_argument("--features", nargs="+", help="features known before execution (default: the form's)")
-        parser.add_argument("--min-support", type=int, dest="min_support", help="train requests a slice needs")
+        parser.add_argument(
+            "--features", nargs="+", help="features known before execution (default: the form's)"
+        )
+        parser.add_argument(
+            "--min-support", type=int, dest="min_support", help="train requests a slice needs"
+        )
         parser.add_argument("--ci", type=float, help="interval level (default 0.95)")
-        parser.add_argument("--export", choices=EXPORTS, default="summary", help="what to print (default: summary)")
+        parser.add_argument(
+            "--export", choices=EXPORTS, default="summary", help="what to print (default: summary)"
+        )
 
     def handle(self, *args, experiment, user, export, **options):
         actor = get_user_model().objects.filter(username=user, is_active=True).first()
         if actor is None:
             raise CommandError(f"--user {user!r}: no active user of that name")
         if not actor.has_perm(RUN_EXPERIMENT):
-            raise CommandError(f"--user {user!r} may not fit policies (needs {RUN_EXPERIMENT}: an engineer or approver)")
+            raise CommandError(
+                f"--user {user!r} may not fit policies (needs {RUN_EXPERIMENT}: an engineer or approver)"
+            )
         names = ("arms", "load", "metric", "features", "min_support", "ci")
         fields = {"experiment": experiment} | {k: options[k] for k in names if options.get(k) is not None}
         try:
@@ -64,7 +78,9 @@ class Command(BaseCommand):
                 deployment = policy_deployment(policy=policy)
             except deploy.DeployError as exc:
                 raise CommandError(f"policy {policy.pk} cannot be deployed: {exc}") from None
-            self.stdout.write(deploy.serve_script(deployment) if export == "vllm" else deploy.router_yaml(deployment))
+            self.stdout.write(
+                deploy.serve_script(deployment) if export == "vllm" else deploy.router_yaml(deployment)
+            )
 
     def _summary(self, policy) -> None:
         say = self.stdout.write
@@ -72,9 +88,24 @@ class Command(BaseCommand):
         for name, scores in (("train", policy.train_scores or {}), ("holdout", policy.holdout_scores or {})):
             routed = scores.get("policy") or {}
             lo, hi = routed.get("lo"), routed.get("hi")
-            interval = f" [{milliseconds(lo, signed=True)}, {milliseconds(hi, signed=True)}]" if lo is not None else ""
+            interval = (
+                f" [{milliseconds(lo, signed=True)}, {milliseconds(hi, signed=True)}]"
+                if lo is not None
+                else ""
+            )
             say(
                 f"  {name}: saving per request {milliseconds(routed.get('benefit'), signed=True)}{interval}"
                 f" (n={routed.get('n', 0)})"
             )
-        say(f"  page /policies/{policy.pk}/ · API /api/policies/{policy.pk} · exports: --export rules|vllm|litellm")
+        warning = policy_holdout_warning(policy=policy)
+        if warning is not None:
+            lo, hi = milliseconds(warning["lo_s"], signed=True), milliseconds(warning["hi_s"], signed=True)
+            say(
+                f"  WARNING: on holdout, {warning['label']} beats this policy by "
+                f"{milliseconds(warning['delta_s'], signed=True)} [{lo}, {hi}] per request (n={warning['n']}); "
+                f"store it as a policy: POST {warning['offer']['api']} "
+                f'{{"alternative": "{warning["alternative"]}"}} or the button on the page'
+            )
+        say(
+            f"  page /policies/{policy.pk}/ · API /api/policies/{policy.pk} · exports: --export rules|vllm|litellm"
+        )
