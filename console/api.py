@@ -29,7 +29,7 @@ from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 
-from console.apikit import ApiError, access
+from console.apikit import ApiError, access, document_scopes
 from console.decisions.models import FrozenDecisionError
 from console.errors import Conflict
 from console.jsonutil import JSON_MAX_DEPTH, JsonTooDeep, strict_loads
@@ -244,8 +244,9 @@ def _method_guard(view: Callable, ops: dict[str, Any]) -> Callable:
 
 
 def openapi_document() -> dict[str, Any]:
-    """The document ``/api/openapi.json`` serves (for tests and tools that want it without HTTP)."""
-    return api.get_openapi_schema(path_prefix="/api/")
+    """The document ``/api/openapi.json`` serves (for tests and tools that want it without HTTP),
+    with each operation's token scope (``x-required-scope``)."""
+    return document_scopes(api.get_openapi_schema(path_prefix="/api/"))
 
 
 @require_safe

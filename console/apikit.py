@@ -21,6 +21,8 @@ from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from console.accounts.scopes import required_scope
+
 # Postgres keys are bigints; anything above cannot name a row (and would overflow the query).
 MAX_ID = 2**63 - 1
 # Postgres text and jsonb cannot hold NUL; refusing it in the schema keeps it out of every query.
@@ -95,8 +97,21 @@ def _admit(request: HttpRequest, *, capability: str | None, before_body: Callabl
     return request.user
 
 
+def _token_scope_check(request: HttpRequest, *, capability: str | None) -> None:
+    """403 unless the bearer token has the scope this operation needs (console.accounts.scopes);
+    the role's permission is checked after it, so a scope never widens what a role may do."""
+    needed = required_scope(method=request.method or "GET", capability=capability)
+    if needed not in getattr(request, "api_token_scopes", frozenset()):
+        raise ApiError(
+            403,
+            f"this token lacks the '{needed}' scope ({request.method} {request.path} needs it): "
+            "create a token with it on the API tokens page",
+        )
+
+
 class BearerToken(HttpBearer):
-    """``Authorization: Bearer <token>`` (``console create_user --token`` issues one)."""
+    """``Authorization: Bearer <token>`` (``console create_user --token`` issues one); the token's
+    scopes must include the one the operation needs."""
 
     def __init__(self, *, capability: str | None = None, before_body: Callable | None = None):
         super().__init__()
@@ -105,6 +120,7 @@ class BearerToken(HttpBearer):
     def __call__(self, request: HttpRequest) -> Any:
         if getattr(request, "api_token_user", None) is None:
             return None
+        _token_scope_check(request, capability=self.capability)
         return _admit(request, capability=self.capability, before_body=self.before_body)
 
     def authenticate(self, request: HttpRequest, token: str) -> Any:  # pragma: no cover - see __call__
@@ -137,7 +153,8 @@ def access(*, capability: str | None = None, before_body: Callable | None = None
     """Keyword arguments for a router decorator: who may call it, and what runs before the body is read.
 
     The permission is also written into the document (``x-permission``), which is where the role
-    tests and ``guarded_urls`` find it.
+    tests and ``guarded_urls`` find it; the token scope follows from it and the method
+    (:func:`document_scopes`).
     """
     extra = {"x-permission": capability} if capability else {}
     return {
@@ -147,3 +164,16 @@ def access(*, capability: str | None = None, before_body: Callable | None = None
         ],
         "openapi_extra": extra,
     }
+
+
+HTTP_METHODS = frozenset({"get", "head", "options", "post", "put", "patch", "delete", "trace"})
+
+
+def document_scopes(doc: dict[str, Any]) -> dict[str, Any]:
+    """Write into every operation of an OpenAPI document the token scope it needs
+    (``x-required-scope``), from the same rule the bearer scheme enforces; returns ``doc``."""
+    for ops in doc.get("paths", {}).values():
+        for method, op in ops.items():
+            if method in HTTP_METHODS:
+                op["x-required-scope"] = required_scope(method=method, capability=op.get("x-permission"))
+    return doc

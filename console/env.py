@@ -58,6 +58,13 @@ def envint(name: str, default: int, *, minimum: int | None = None) -> int:
     return number
 
 
+def envint_optional(name: str, *, minimum: int | None = None) -> int | None:
+    """An integer, or None when the variable is unset or empty (e.g. "keep for ever")."""
+    if _raw(name) is None:
+        return None
+    return envint(name, 0, minimum=minimum)
+
+
 def envlist(name: str, default: list[str]) -> list[str]:
     value = _raw(name)
     if value is None:

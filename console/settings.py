@@ -18,6 +18,7 @@ from console.env import (
     envcredentials,
     envdatabase,
     envint,
+    envint_optional,
     envlist,
     envnetworks,
     envopenai_servers,
@@ -166,7 +167,10 @@ CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", None)
 CPU_QUEUE, GPU_QUEUE, HOUSEKEEPING_QUEUE = "cpu", "gpu", "housekeeping"
 CELERY_TASK_QUEUES = tuple(Queue(name) for name in (CPU_QUEUE, GPU_QUEUE, HOUSEKEEPING_QUEUE))
 CELERY_TASK_DEFAULT_QUEUE = CPU_QUEUE
-CELERY_TASK_ROUTES = {"workers.runs_reap": {"queue": HOUSEKEEPING_QUEUE}}  # beat: CELERY_BEAT_SCHEDULE
+CELERY_TASK_ROUTES = {
+    "workers.runs_reap": {"queue": HOUSEKEEPING_QUEUE},
+    "workers.raw_text_purge": {"queue": HOUSEKEEPING_QUEUE},
+}  # beat: CELERY_BEAT_SCHEDULE
 # A worker reserves one message at a time (with acks_late: only the run it is on): it holds one
 # engine for one run, and a run reserved behind a six-hour run would wait while another worker idles.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -192,8 +196,16 @@ if SPECREVIEW_RUN_STALE_AFTER_S < 2 * SPECREVIEW_RUN_HEARTBEAT_S:
         f"SPECREVIEW_RUN_STALE_AFTER_S={SPECREVIEW_RUN_STALE_AFTER_S} must be at least twice "
         f"SPECREVIEW_RUN_HEARTBEAT_S={SPECREVIEW_RUN_HEARTBEAT_S}, or live runs would be reaped"
     )
+# Raw text retention (console/analysis/retention.py, docs/authorization.md "Retention"): days after a
+# trace's import when its prompts, messages, references and outputs are purged; unset keeps them.
+SPECREVIEW_RAW_TEXT_RETENTION_DAYS = envint_optional("SPECREVIEW_RAW_TEXT_RETENTION_DAYS", minimum=1)
+SPECREVIEW_RETENTION_PURGE_EVERY_S = 24 * 3600
 CELERY_BEAT_SCHEDULE = {
     "runs-reap": {"task": "workers.runs_reap", "schedule": float(SPECREVIEW_REAP_EVERY_S)},
+    "raw-text-purge": {
+        "task": "workers.raw_text_purge",
+        "schedule": float(SPECREVIEW_RETENTION_PURGE_EVERY_S),
+    },
 }
 
 # --- specreview ---

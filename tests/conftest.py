@@ -138,10 +138,12 @@ def viewer_client(viewer):
 
 @pytest.fixture
 def api_token_for():
+    from console.accounts.scopes import SCOPES
     from console.accounts.services import api_token_create
 
-    def make(user) -> dict:
-        return {"HTTP_AUTHORIZATION": f"Bearer {api_token_create(user=user)}"}
+    def make(user, scopes=SCOPES) -> dict:
+        # Every scope by default: a test about roles is not a test about token scopes.
+        return {"HTTP_AUTHORIZATION": f"Bearer {api_token_create(user=user, scopes=scopes)}"}
 
     return make
 

@@ -29,6 +29,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from console.accounts.middleware import API_PAGES
+from console.accounts.scopes import SCOPES
 
 ROLES = ("anonymous", "viewer", "engineer", "creator", "approver", "drafter", "editor", "submitter")
 SIGNED_IN = ROLES[1:]
@@ -243,7 +244,7 @@ def _world_build() -> World:
     from console.accounts.models import ApiToken
     from console.accounts.services import api_token_create
 
-    api_token_create(user=users["creator"], name="matrix")
+    api_token_create(user=users["creator"], name="matrix", scopes=SCOPES)
     token = ApiToken.objects.get(user=users["creator"], name="matrix")
     policy = SlicePolicy.objects.create(
         experiment=experiment,
@@ -329,7 +330,8 @@ def check(world: World, method: str, path: str, role: str) -> str:
         if url.startswith("/api/") and url not in API_PAGES:
             from console.accounts.services import api_token_create
 
-            token = api_token_create(user=user)
+            # every scope: this matrix is about roles (tests/accounts/test_token_scopes.py: scopes)
+            token = api_token_create(user=user, scopes=SCOPES)
         else:
             client.force_login(user)
     with transaction.atomic():

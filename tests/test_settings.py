@@ -34,6 +34,8 @@ def _start(env_overrides: dict[str, str]) -> subprocess.CompletedProcess:
         ("SPECREVIEW_OPENAI_CREDENTIALS", "prod-key=not a variable"),
         ("SPECREVIEW_APPROVER_MAY_SIGN_OWN", "true"),  # removed: separation of duties has no switch
         ("SPECREVIEW_TRUSTED_PROXIES", "10.0.0.0/8,proxy.internal"),
+        ("SPECREVIEW_RAW_TEXT_RETENTION_DAYS", "a year"),
+        ("SPECREVIEW_RAW_TEXT_RETENTION_DAYS", "0"),
     ],
 )
 def test_it_refuses_to_start_with_a_bad_setting(name, value):

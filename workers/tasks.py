@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
+from console.analysis.retention import raw_text_purge_due
 from console.analysis.sequential_looks import experiment_sequential_advance
 from console.analysis.services import comparison_refresh
 from console.experiments.runs import runs_reap as reap
@@ -66,3 +67,15 @@ def execute_run(self, *, run_id: int) -> str:
 def runs_reap() -> str:
     """Re-queue or fail runs whose worker stopped beating; re-send queued runs the broker lost."""
     return str(reap())
+
+
+@shared_task(
+    name="workers.raw_text_purge",
+    soft_time_limit=3600,
+    time_limit=3700,
+    # Idempotent (a purged trace is marked and skipped); a missed daily tick waits for the next.
+    expires=settings.SPECREVIEW_RETENTION_PURGE_EVERY_S,
+)
+def raw_text_purge() -> str:
+    """Purge the raw text of traces past their retention period (``analysis.retention``)."""
+    return str(len(raw_text_purge_due(actor="task workers.raw_text_purge")))

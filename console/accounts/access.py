@@ -46,3 +46,25 @@ def owner_or_approver_required(*, user, owner_id: int | None, what: str) -> None
     if acts_for_anyone(user):
         return
     raise PermissionDenied(f"only its creator or an approver may {what}")
+
+
+RAW_TEXT_HIDDEN = "[raw text hidden: your role cannot read prompts and outputs]"
+
+
+def raw_text_allowed(*, user) -> bool:
+    """Whether ``user`` may read raw text: prompts, chat messages, tool definitions and outputs,
+    retrieved payloads and references (request metadata) and model outputs.
+
+    The one place the rule lives (a role capability today, a team membership later): every page,
+    plot, export and API response that carries such text asks here and, when it is False, shows
+    :data:`RAW_TEXT_HIDDEN` in its place while keeping counts, flags, hashes and positions.
+    """
+    return bool(user is not None and user.is_authenticated and user.has_perm(roles.READ_RAW_TEXT))
+
+
+def raw_text_shown(value, *, allowed: bool):
+    """``value`` itself when ``allowed``; else the placeholder, or None/empty kept as they are
+    (an absent text says so instead of claiming one is hidden)."""
+    if allowed or value is None or value == "" or value == [] or value == {}:
+        return value
+    return RAW_TEXT_HIDDEN

@@ -2,7 +2,10 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
+from django.core.exceptions import ValidationError
 
+from console.accounts.scopes import DEFAULT_SCOPES, READ, SIGN, WRITE
+from console.accounts.services import api_token_scopes_clean
 from console.accounts.throttle import (
     client_address,
     minutes_text,
@@ -54,7 +57,28 @@ class ThrottledAuthenticationForm(AuthenticationForm):
         return cleaned
 
 
+class ScopesField(forms.MultipleChoiceField):
+    """Checkboxes for a token's scopes, checked by the one rule (``api_token_scopes_clean``)."""
+
+    def clean(self, value):
+        asked = self.to_python(value)
+        try:
+            return api_token_scopes_clean(asked)
+        except ValidationError as exc:
+            raise forms.ValidationError(exc.message_dict["scopes"]) from None
+
+
 class ApiTokenCreateForm(forms.Form):
     name = forms.CharField(
         max_length=100, initial="default", help_text="what the token is for (a script, CI)"
+    )
+    scopes = ScopesField(
+        choices=[
+            (READ, "read: list and fetch (GET)"),
+            (WRITE, "write: upload, run, cancel, adopt, edit drafts (POST, PATCH)"),
+            (SIGN, "sign: sign off decisions (approvers)"),
+        ],
+        initial=list(DEFAULT_SCOPES),
+        widget=forms.CheckboxSelectMultiple,
+        help_text="what the token may do; your role still limits it",
     )

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import JsonResponse
 
-from console.accounts.services import ApiTokenRejected, api_token_authenticate
+from console.accounts.services import ApiTokenRejected, api_token_check
 from console.accounts.throttle import client_address
 
 PUBLIC_PREFIXES = ("/accounts/login/", "/static/", "/healthz")
@@ -23,13 +23,15 @@ class LoginRequiredEverywhere:
         if path.startswith("/api/") and path not in API_PAGES:
             raw = _bearer(request)
             if raw is not None:
-
                 try:
-                    request.user = api_token_authenticate(raw=raw, client_ip=client_address(request))
+                    token = api_token_check(raw=raw, client_ip=client_address(request))
                 except ApiTokenRejected as exc:
                     return JsonResponse({"error": exc.message}, status=exc.status)
-                # console.apikit's bearer scheme admits the request on this mark.
+                request.user = token.user
+                # console.apikit's bearer scheme admits the request on this mark, and checks
+                # the operation's scope against the token's.
                 request.api_token_user = request.user
+                request.api_token_scopes = frozenset(token.scopes)
                 # A bearer token is not sent automatically by browsers, so CSRF does not apply.
                 request._dont_enforce_csrf_checks = True
             elif not request.user.is_authenticated:

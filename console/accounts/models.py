@@ -7,6 +7,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from console.accounts.scopes import scopes_default
+
 
 class Capability(models.Model):
     """Holds the permissions roles are made of; it has no table of its own."""
@@ -19,6 +21,7 @@ class Capability(models.Model):
             ("run_experiment", "Define, run, retry and cancel experiments"),
             ("draft_decision", "Draft and edit decisions"),
             ("sign_decision", "Sign off decisions"),
+            ("read_raw_text", "Read prompts, messages, tool outputs, references and model outputs"),
         ]
 
 
@@ -44,6 +47,9 @@ class ApiToken(models.Model):
     revoked_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    # A list from console.accounts.scopes.SCOPES, in that order (services.api_token_scopes_clean).
+    # Teams are not here yet: a later change adds the team a token acts in, beside its scopes.
+    scopes = models.JSONField(default=scopes_default)
 
     @property
     def status(self) -> str:
@@ -59,3 +65,30 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} / {self.name}"
+
+
+class RawTextAccess(models.Model):
+    """One display or export of raw text (prompts, messages, references, outputs) to a person: who,
+    which object, through which page, export or API operation, when. Append-only: the model
+    refuses changes and the database's triggers (migration 0005) refuse UPDATE, DELETE and
+    TRUNCATE. One row per page view, export or API call, never per request row."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    username = models.CharField(max_length=150, help_text="the user's name at the time")
+    view = models.CharField(max_length=100, help_text="the page, export or API operation")
+    object_ref = models.CharField(max_length=200, help_text='the object shown, e.g. "run 12"')
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def save(self, *args, **kwargs) -> None:
+        if not self._state.adding:
+            raise ValueError("raw text access events are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ValueError("raw text access events are append-only")
+
+    def __str__(self) -> str:
+        return f"{self.username} read {self.object_ref} ({self.view}) at {self.at:%Y-%m-%d %H:%M:%S}"

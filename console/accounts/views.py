@@ -28,7 +28,9 @@ def tokens(request: HttpRequest):
     form = ApiTokenCreateForm(request.POST if request.method == "POST" else None)
     new_key = None
     if request.method == "POST" and form.is_valid():
-        new_key = api_token_create(user=request.user, name=form.cleaned_data["name"])
+        new_key = api_token_create(
+            user=request.user, name=form.cleaned_data["name"], scopes=form.cleaned_data["scopes"]
+        )
         form = ApiTokenCreateForm()
     status = 400 if request.method == "POST" and form.errors else 200
     return render(

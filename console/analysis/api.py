@@ -7,7 +7,10 @@ from __future__ import annotations
 from django.http import HttpRequest
 from ninja import Field, Path, Router
 
+from console.accounts.access import raw_text_allowed
+from console.accounts.services import raw_text_access_record
 from console.analysis.comparison.schema import ComparisonSchemaError, Summary
+from console.analysis.raw_text import summary_shown
 from console.analysis.selectors import (
     comparison_state,
     comparison_summary_for_experiment,
@@ -66,5 +69,8 @@ def comparison(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
         raise ApiError(409, str(exc)) from exc
     if summary is None:
         raise ApiError(409, "the comparison is being computed: try again shortly")
+    raw_text = raw_text_allowed(user=request.user)
+    if raw_text and summary.quality.first_divergences:
+        raw_text_access_record(user=request.user, view="comparison API", object_ref=f"experiment {id}")
     # Already validated field for field: the response only adds its state.
-    return ComparisonOut.model_construct(**dict(summary), state=state)
+    return ComparisonOut.model_construct(**dict(summary_shown(summary, raw_text=raw_text)), state=state)

@@ -15,10 +15,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_POST, require_safe
 
-from console.accounts.access import capability_required
+from console.accounts.access import capability_required, raw_text_allowed, raw_text_shown
 from console.accounts.roles import RUN_EXPERIMENT
+from console.accounts.services import raw_text_access_record
 from console.analysis import comparison_page, plots, slice_view, verdict_words
 from console.analysis.comparison.schema import ComparisonSchemaError, Summary, summary_load
+from console.analysis.raw_text import results_frame_shown, stored_shown, summary_shown
+from console.analysis.retention import trace_purged
 from console.analysis.selectors import (
     comparison_for_experiment,
     comparison_progress,
@@ -52,24 +55,35 @@ def experiment_comparison(request, pk: int):
     slice_raw = request.GET.get("slice")
     stored = comparison_stored_key(experiment=experiment)
     cross_vocabulary = experiment_cross_vocabulary_arms(experiment=experiment)
-    key = _body_key(experiment, f"{stored}|{'|'.join(cross_vocabulary)}", slice_raw)
+    raw_text = raw_text_allowed(user=request.user)  # the body differs with it: part of the key
+    # A purge blanks the stored comparison's text under the same key: the body must not outlive it.
+    purged = trace_purged(trace=experiment.trace) is not None
+    key = _body_key(
+        experiment, f"{stored}|{'|'.join(cross_vocabulary)}|raw={raw_text}|purged={purged}", slice_raw
+    )
     cached = cache.get(key) if stored else None
     status = 200
     if cached is None:
         summary, context["summary_error"] = _stored_summary(experiment)
         if summary is not None:
-            cached = _comparison_body(experiment, summary, slice_raw, cross_vocabulary)
+            shows_text = raw_text and bool(summary.quality.first_divergences)
+            body, body_status = _comparison_body(
+                experiment, summary_shown(summary, raw_text=raw_text), slice_raw, cross_vocabulary
+            )
+            cached = (body, body_status, shows_text)
             cache.set(key, cached, timeout=3600)
     if cached is not None:
         context["summary"] = True  # the page shows the evidence (its body) rather than "not computed"
         context["cross_vocabulary_arms"] = cross_vocabulary
-        context["body"], status = cached
+        context["body"], status, shows_text = cached
+        if shows_text:  # the first divergences' text
+            raw_text_access_record(user=request.user, view="comparison page", object_ref=f"experiment {pk}")
     return render(request, "analysis/comparison.html", context, status=status)
 
 
 _BODY_TEMPLATE = "analysis/_comparison_body.html"
 # Changes with the page's code (its context, its words, its templates included): a shared cache
-# (Redis) outlives a deploy. "2": the saturation notice (issue 23).
+# (Redis) outlives a deploy. "2": the saturation notice (issue 23); "3": (body, status, shows raw text).
 _BODY_SOURCES = (
     comparison_page.__file__,
     verdict_words.__file__,
@@ -77,7 +91,7 @@ _BODY_SOURCES = (
     slice_view.__file__,
     *(settings.BASE_DIR / "templates" / "analysis" / n for n in ("_comparison_body.html", "_slice_view.html", "_comparison_extras.html")),
 )
-_BODY_VERSION = "2-" + hashlib.sha256(b"".join(Path(f).read_bytes() for f in _BODY_SOURCES)).hexdigest()[:12]  # type: ignore[arg-type]
+_BODY_VERSION = "3-" + hashlib.sha256(b"".join(Path(f).read_bytes() for f in _BODY_SOURCES)).hexdigest()[:12]  # type: ignore[arg-type]
 
 
 def _body_key(experiment: Experiment, stored: str | None, slice_raw: str | None) -> str:
@@ -121,9 +135,13 @@ def run_detail(request, pk: int):
     requests, _ = results_frames(runs=[run])
     timeline = plots.fig_html(plots.run_timeline(requests), div_id="timeline") if not requests.empty else ""
     rows = list(RequestResult.objects.filter(run=run).select_related("trace_request").order_by("scheduled_s"))
+    raw_text = raw_text_allowed(user=request.user)
+    if raw_text and rows:
+        raw_text_access_record(user=request.user, view="run page", object_ref=f"run {run.pk}")
     table = []
     sent = run.prompt_tokens if isinstance(run.prompt_tokens, dict) else {}
     for r in rows:
+        r.output_text = raw_text_shown(r.output_text, allowed=raw_text)
         drafted = sum(r.drafted or [])
         prompt = sent.get(r.request_id) or {}
         table.append(
@@ -161,6 +179,15 @@ def result_compare(request, a: int, b: int):
     else:
         if len(left.output_token_ids) != len(right.output_token_ids):
             divergence = min(len(left.output_token_ids), len(right.output_token_ids))
+    if raw_text_allowed(user=request.user):
+        raw_text_access_record(
+            user=request.user, view="outputs side by side", object_ref=f"results {a} and {b}"
+        )
+    else:
+        for r in (left, right):
+            r.output_text = raw_text_shown(r.output_text, allowed=False)
+        shown = left.trace_request
+        shown.prompt, shown.messages = raw_text_shown(shown.prompt or shown.messages, allowed=False), None
     return render(
         request,
         "analysis/compare.html",
@@ -173,6 +200,10 @@ def experiment_results_csv(request, pk: int):
     experiment = get_object_or_404(Experiment, pk=pk)
     runs = list(Run.objects.filter(experiment=experiment, status=Run.Status.DONE).select_related("arm"))
     requests, _ = results_frames(runs=runs)
+    raw_text = raw_text_allowed(user=request.user)
+    requests = results_frame_shown(requests, raw_text=raw_text)
+    if raw_text:
+        raw_text_access_record(user=request.user, view="results CSV", object_ref=f"experiment {pk}")
     columns = [c for c in requests.columns if c not in ("response_format", "tools", "output_token_ids")]
 
     class Echo:
@@ -214,6 +245,10 @@ def experiment_summary_json(request, pk: int):
         summary_load(stored)  # the download is the stored JSON as it is, once it reads as the contract
     except ComparisonSchemaError as exc:
         return HttpResponse(json.dumps({"error": str(exc)}), content_type="application/json", status=409)
-    response = HttpResponse(json.dumps(stored, indent=1), content_type="application/json")
+    raw_text = raw_text_allowed(user=request.user)
+    if raw_text and (stored.get("quality") or {}).get("first_divergences"):
+        raw_text_access_record(user=request.user, view="comparison JSON", object_ref=f"experiment {pk}")
+    shown = stored_shown(stored, raw_text=raw_text)
+    response = HttpResponse(json.dumps(shown, indent=1), content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="experiment-{pk}-comparison.json"'
     return response

@@ -30,7 +30,7 @@ from console.experiments.models import Experiment, Run
 from console.experiments.runs import experiment_status_refresh
 from console.experiments.scheduling import LOCKSTEP, lockstep_release, scheduling_check
 from console.experiments.until_decided import until_decided_clean, until_decided_declared
-from console.traces.models import TRAFFIC_CLASSES, Trace
+from console.traces.models import RAW_TEXT_PURGED_KEY, TRAFFIC_CLASSES, Trace
 
 SPLITS = ("all", "train", "holdout")
 SAMPLING = ("trace", "greedy")
@@ -227,6 +227,14 @@ def _trace_check(*, trace: Trace, split: str, buckets: list[OutputBucket], error
     conversation between turns (a later turn replays after its own previous turn, which another
     bucket's run would hold)."""
     if trace is None:
+        return
+    purged = (trace.metadata or {}).get(RAW_TEXT_PURGED_KEY)
+    if purged:
+        on = purged.get("on", "") if isinstance(purged, dict) else ""
+        errors["trace"].append(
+            f"the trace's prompts were purged{' on ' + on if on else ''} after its retention period, so it "
+            "cannot be replayed: import the file again (a new trace) to run it"
+        )
         return
     if split != "all" and not trace.requests.filter(split=split).exists():
         errors["split"].append(f"the trace has no requests in the {split!r} split")

@@ -8,7 +8,9 @@ from typing import Any, Literal
 from django.http import HttpRequest
 from ninja import File, Form, Path, Query, Router, Status, UploadedFile
 
+from console.accounts.access import raw_text_allowed
 from console.accounts.roles import UPLOAD_TRACE
+from console.accounts.services import raw_text_access_record
 from console.apikit import ApiError, Id, Open, access, errors, text
 from console.traces import selectors
 from console.traces.errors import TraceImportError
@@ -191,5 +193,8 @@ def trace_requests(
 ):
     trace = _trace(id)
     qs = selectors.trace_requests(trace=trace, split=split)
-    rows = [selectors.trace_request_as_dict(r) for r in qs[offset : offset + limit]]
+    raw_text = raw_text_allowed(user=request.user)
+    rows = [selectors.trace_request_as_dict(r, raw_text=raw_text) for r in qs[offset : offset + limit]]
+    if raw_text and rows:
+        raw_text_access_record(user=request.user, view="trace requests API", object_ref=f"trace {trace.pk}")
     return {"trace": trace.pk, "offset": offset, "limit": limit, "count": qs.count(), "requests": rows}

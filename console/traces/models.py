@@ -7,6 +7,8 @@ from django.db import models
 
 TRAFFIC_CLASSES = ("interactive", "batch")
 SPLITS = ("train", "holdout")
+# Trace.metadata key set when retention purged the trace's raw text (console/analysis/retention.py).
+RAW_TEXT_PURGED_KEY = "raw_text_purged"
 
 
 class Trace(models.Model):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ from django.core.cache import cache
 from django.db.models import Avg, Count, Max, Min, Q, QuerySet
 from django.db.models.functions import Mod
 
+from console.accounts.access import raw_text_shown
 from console.figures import figure_html
 from console.traces.models import Trace, TraceRequest
 from console.traces.parsers import PARSERS, TIMING
@@ -241,22 +243,25 @@ def trace_as_dict(trace: Trace, *, detail: bool = False) -> dict[str, Any]:
     return data
 
 
-def trace_request_as_dict(r: TraceRequest) -> dict[str, Any]:
+def trace_request_as_dict(r: TraceRequest, *, raw_text: bool) -> dict[str, Any]:
+    """One request as the API shows it; without ``raw_text`` (``access.raw_text_allowed``) its
+    prompt, messages, tools, response format and metadata (references) are the placeholder."""
+    shown = functools.partial(raw_text_shown, allowed=raw_text)
     return {
         "position": r.position,
         "id": r.request_id,
         "arrival_s": r.arrival_s,
-        "prompt": r.prompt,
-        "messages": r.messages,
+        "prompt": shown(r.prompt),
+        "messages": shown(r.messages),
         "max_tokens": r.max_tokens,
         "temperature": r.temperature,
         "top_p": r.top_p,
         "seed": r.seed,
         "task": r.task,
         "class": r.traffic_class,
-        "response_format": r.response_format,
-        "tools": r.tools,
-        "metadata": r.metadata,
+        "response_format": shown(r.response_format),
+        "tools": shown(r.tools),
+        "metadata": shown(r.metadata),
         "prompt_tokens": r.prompt_tokens,
         "split": r.split,
         "session_id": r.session_id or r.request_id,

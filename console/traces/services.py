@@ -20,7 +20,7 @@ from console.traces.arrivals import ArrivalSpec
 from console.traces.compression import inner_filename
 from console.traces.errors import TraceError, TraceImportError
 from console.traces.importer import ImportOptions, TraceBuilder
-from console.traces.models import Trace
+from console.traces.models import RAW_TEXT_PURGED_KEY, Trace
 from console.traces.options import NAME_MAX_CHARS, import_key, import_options_parse, import_options_record
 from console.traces.parsers import PARSERS, TIMING
 from console.traces.parsers.mapped import FieldMapping
@@ -143,7 +143,8 @@ def trace_import(
     )
     recorded = import_options_record(options, pair_with=pair_with)
     key = import_key(upload.sha256, recorded)
-    existing = Trace.objects.filter(import_key=key).first()
+    # A trace whose raw text retention purged is no copy of the file any more: import it anew.
+    existing = Trace.objects.filter(import_key=key).exclude(metadata__has_key=RAW_TEXT_PURGED_KEY).first()
     if existing is not None:
         return TraceImportResult(existing, False, f"This file was already imported as trace {existing.pk}.")
     options = _sources_resolve(options, pair_with=pair_with, max_bytes=max_bytes, allow_paths=allow_paths)
@@ -249,6 +250,7 @@ def _requests_store(trace: Trace, builder: TraceBuilder) -> None:
             content_sha256=builder.content_sha256, holdout_fraction=trace.holdout_fraction, seed=trace.seed
         )
         .exclude(pk=trace.pk)
+        .exclude(metadata__has_key=RAW_TEXT_PURGED_KEY)
         .first()
     )
     if same is not None:

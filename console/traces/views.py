@@ -10,8 +10,14 @@ from django.shortcuts import redirect, render
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from console.accounts.access import capability_required, owner_or_approver_required
+from console.accounts.access import (
+    capability_required,
+    owner_or_approver_required,
+    raw_text_allowed,
+    raw_text_shown,
+)
 from console.accounts.roles import UPLOAD_TRACE
+from console.accounts.services import raw_text_access_record
 from console.listing import listing
 from console.traces import selectors
 from console.traces.errors import TraceError, TraceImportError
@@ -121,9 +127,14 @@ def _preview(request: HttpRequest, form: TraceUploadForm, *, xhr: bool) -> HttpR
     except TraceImportError as exc:
         import_error = exc
     if preview is not None:
+        raw_text = raw_text_allowed(user=request.user)
         for r in preview.requests:
             r["messages_json"] = json.dumps(r["messages"], ensure_ascii=False) if r["messages"] else ""
             r["metadata_json"] = json.dumps(r["metadata"], ensure_ascii=False)
+            for key in ("prompt", "messages_json", "metadata_json"):
+                r[key] = raw_text_shown(r.get(key), allowed=raw_text)
+        if raw_text and preview.requests:
+            raw_text_access_record(user=request.user, view="upload preview", object_ref=f"file {upload.name}")
     status = 400 if import_error else 200
     if xhr:
         context = {"preview": preview, "preview_error": import_error}
@@ -167,8 +178,18 @@ def _get(pk: int) -> Trace:
 def trace_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
     trace = _get(pk)
     samples = selectors.trace_sample_requests(trace=trace)
+    raw_text = raw_text_allowed(user=request.user)
     for r in samples:
-        r.metadata_json = json.dumps(r.metadata, ensure_ascii=False)  # type: ignore[attr-defined]
+        if not raw_text:
+            r.prompt, r.messages = raw_text_shown(r.prompt or r.messages, allowed=False), None
+        shown = (
+            json.dumps(r.metadata, ensure_ascii=False)
+            if raw_text
+            else raw_text_shown(r.metadata, allowed=False)
+        )
+        r.metadata_json = shown  # type: ignore[attr-defined]
+    if raw_text:
+        raw_text_access_record(user=request.user, view="trace page", object_ref=f"trace {trace.pk}")
     context = {
         "trace": trace,
         "summary": selectors.trace_summary(trace=trace),

@@ -82,8 +82,17 @@ def test_it_refuses_sign_off_to_an_engineer(engineer_client):
     "role,expected",
     [
         ("viewer", set()),
-        ("engineer", {roles.UPLOAD_TRACE, roles.RUN_EXPERIMENT, roles.DRAFT_DECISION}),
-        ("approver", {roles.UPLOAD_TRACE, roles.RUN_EXPERIMENT, roles.DRAFT_DECISION, roles.SIGN_DECISION}),
+        ("engineer", {roles.UPLOAD_TRACE, roles.RUN_EXPERIMENT, roles.DRAFT_DECISION, roles.READ_RAW_TEXT}),
+        (
+            "approver",
+            {
+                roles.UPLOAD_TRACE,
+                roles.RUN_EXPERIMENT,
+                roles.DRAFT_DECISION,
+                roles.SIGN_DECISION,
+                roles.READ_RAW_TEXT,
+            },
+        ),
     ],
 )
 def test_it_gives_each_role_exactly_its_permissions(role, expected):

@@ -89,7 +89,7 @@ def test_it_refuses_a_revoke_command_that_names_nothing(engineer):
 
 
 def test_it_lists_creates_and_revokes_ones_own_tokens_on_the_page(viewer_client, viewer):
-    page = viewer_client.post("/accounts/tokens/", {"name": "notebook"})
+    page = viewer_client.post("/accounts/tokens/", {"name": "notebook", "scopes": ["read"]})
     assert page.status_code == 200
     key = page.context["new_key"]
     assert key and key.encode() in page.content

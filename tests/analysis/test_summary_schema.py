@@ -196,7 +196,7 @@ def test_a_stored_summary_loads_with_what_storing_adds():
 
 
 @pytest.mark.django_db
-def test_the_api_returns_the_typed_summary_and_409_for_one_of_another_version(viewer_client):
+def test_the_api_returns_the_typed_summary_and_409_for_one_of_another_version(viewer_client, engineer_client):
     from console.analysis.models import ComparisonCache
     from console.analysis.services import comparison_refresh
     from tests.support.synthetic import experiment_synthesize
@@ -205,7 +205,7 @@ def test_the_api_returns_the_typed_summary_and_409_for_one_of_another_version(vi
     comparison_refresh(experiment_id=experiment.pk, n_boot=50)
     url = f"/api/experiments/{experiment.pk}/comparison"
     stored = ComparisonCache.objects.get(experiment=experiment).data
-    response = viewer_client.get(url)
+    response = engineer_client.get(url)  # a reader of raw text: the divergences' text as stored
     assert response.status_code == 200
     assert response.json() == stored | {"state": "ready"}
     ComparisonCache.objects.filter(experiment=experiment).update(data=stored | {"schema_version": 1})

@@ -27,7 +27,8 @@ def _client(*, surface: str, user: Any):
 
     if surface == "api":
         return Client(
-            raise_request_exception=False, HTTP_AUTHORIZATION=f"Bearer {api_token_create(user=user)}"
+            raise_request_exception=False,
+            HTTP_AUTHORIZATION=f"Bearer {api_token_create(user=user, scopes=['read', 'write', 'sign'])}",
         )
     client = Client(raise_request_exception=False)
     client.force_login(user)

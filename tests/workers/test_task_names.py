@@ -20,6 +20,7 @@ TASK_NAMES = [
     "workers.compute_comparison",
     "workers.execute_run",
     "workers.ping",
+    "workers.raw_text_purge",
     "workers.runs_reap",
 ]
 
