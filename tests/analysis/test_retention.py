@@ -23,6 +23,7 @@ from console.results.models import RequestResult, RunResultsPack
 from console.results.services import results_packs_store
 from console.traces.models import RAW_TEXT_PURGED_KEY, Trace, TraceRequest
 from console.traces.services import trace_import
+from tests.support.stored import stored_anywhere
 from tests.support.synthetic import TASKS, experiment_synthesize
 from tests.test_page_numbers import findings, visible_text
 from workers import tasks
@@ -32,21 +33,6 @@ pytestmark = pytest.mark.django_db
 MARKERS = ("zzq-prompt-marker", "zzq-msg-marker", "zzq-tool-marker", "zzq-ref-marker", "zzq-out-marker")
 FRESH = "zzq-fresh-marker"
 DAYS = 30
-
-
-def _stored_anywhere(marker: str) -> list[str]:
-    """Every text, varchar and JSON column of every table in this database that holds ``marker``."""
-    hits = []
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public' "
-            "AND data_type IN ('text', 'character varying', 'json', 'jsonb')"
-        )
-        for table, column in cur.fetchall():
-            cur.execute(f'SELECT count(*) FROM "{table}" WHERE "{column}"::text LIKE %s', [f"%{marker}%"])
-            if cur.fetchone()[0]:
-                hits.append(f"{table}.{column}")
-    return sorted(hits)
 
 
 def _plant(trace: Trace) -> None:
@@ -135,7 +121,7 @@ def _pages(experiment, decision) -> list[str]:
 def test_the_planted_markers_are_stored_before_the_purge(world):
     """The search below can fail: before the purge each marker is where it was planted."""
     experiment, _, _ = world
-    hits = {m: _stored_anywhere(m) for m in MARKERS}
+    hits = {m: stored_anywhere(m) for m in MARKERS}
     assert "traces_tracerequest.prompt" in hits["zzq-prompt-marker"]
     assert "traces_tracerequest.messages" in hits["zzq-msg-marker"]
     assert "traces_tracerequest.messages" in hits["zzq-tool-marker"]
@@ -155,7 +141,7 @@ def test_after_the_purge_no_raw_text_remains_and_the_decision_still_verifies(wor
     call_command("purge_raw_text", "--dry-run", stdout=out)
     assert f"would purge trace {experiment.trace_id} (" in out.getvalue()
     assert "12 requests, 24 results, 1 comparisons" in out.getvalue()
-    assert _stored_anywhere("zzq-prompt-marker") != []  # a dry run changes nothing
+    assert stored_anywhere("zzq-prompt-marker") != []  # a dry run changes nothing
     assert not RawTextPurge.objects.exists()
 
     out = io.StringIO()
@@ -163,7 +149,7 @@ def test_after_the_purge_no_raw_text_remains_and_the_decision_still_verifies(wor
     assert "1 traces purged" in out.getvalue()
 
     for marker in MARKERS:
-        assert _stored_anywhere(marker) == [], marker
+        assert stored_anywhere(marker) == [], marker
     for pack in RunResultsPack.objects.filter(run__experiment=experiment):
         assert b"zzq-out-marker" not in bytes(pack.data)
     # what the verdict needs is kept
@@ -223,7 +209,7 @@ def test_without_a_retention_period_nothing_is_purged(world, settings):
     out = io.StringIO()
     call_command("purge_raw_text", stdout=out)
     assert "kept for ever" in out.getvalue() and "0 traces purged" in out.getvalue()
-    assert _stored_anywhere("zzq-prompt-marker") == ["traces_tracerequest.prompt"]
+    assert stored_anywhere("zzq-prompt-marker") == ["traces_tracerequest.prompt"]
     assert not RawTextPurge.objects.exists()
 
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.db import connection
 
 from console.traces.models import Trace
 from tests.experiments.factories import experiment_make
+from tests.support.stored import stored_anywhere
 from workers.execution import run_requests
 
 pytestmark = pytest.mark.django_db
@@ -49,21 +49,6 @@ def _file():
     return SimpleUploadedFile("prod.jsonl", "".join(json.dumps(r) + "\n" for r in _rows()).encode())
 
 
-def _stored_anywhere(marker: str) -> list[str]:
-    """Every text, varchar and JSON column of every table in this database that holds ``marker``."""
-    hits = []
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public' "
-            "AND data_type IN ('text', 'character varying', 'json', 'jsonb')"
-        )
-        for table, column in cur.fetchall():
-            cur.execute(f'SELECT count(*) FROM "{table}" WHERE "{column}"::text LIKE %s', [f"%{marker}%"])
-            if cur.fetchone()[0]:
-                hits.append(f"{table}.{column}")
-    return hits
-
-
 def test_planted_secrets_are_stored_nowhere_and_never_replayed(client, engineer, api_token_for):
     response = client.post(
         "/api/traces", {"file": _file(), "name": "prod", "redact": "true"}, **api_token_for(engineer)
@@ -72,7 +57,7 @@ def test_planted_secrets_are_stored_nowhere_and_never_replayed(client, engineer,
     body = response.json()
     assert "Redacted 4 e-mail addresses, 1 card number, 1 IP address and 1 key or token." in body["message"]
     for marker in PLANTED + ("4111",):
-        assert _stored_anywhere(marker) == [], marker
+        assert stored_anywhere(marker) == [], marker
     trace = Trace.objects.get(pk=body["trace"]["id"])
     sent = run_requests(experiment=experiment_make(trace=trace))
     text = json.dumps([[r.prompt, r.messages, r.tools] for _, r in sent])
@@ -90,7 +75,7 @@ def test_without_redaction_the_same_file_is_another_trace_with_another_hash(clie
     assert plain.status_code == 201
     assert plain.json()["trace"]["id"] != redacted["id"]
     assert plain.json()["trace"]["content_sha256"] != redacted["content_sha256"]
-    assert _stored_anywhere(EMAIL)  # the search itself finds what is there
+    assert stored_anywhere(EMAIL)  # the search itself finds what is there
 
 
 def test_the_trace_page_says_it_was_redacted(client, engineer, api_token_for):
