@@ -139,7 +139,7 @@ def trace_import(
         mapping=mapping,
         turns=turns,
         think_time=think,
-        redactor=_redactor(redact=redact, patterns=redact_patterns),
+        redactor=trace_redactor(redact=redact, patterns=redact_patterns),
     )
     recorded = import_options_record(options, pair_with=pair_with)
     key = import_key(upload.sha256, recorded)
@@ -288,8 +288,9 @@ def _trace_summarise(
     trace.save()
 
 
-def _redactor(*, redact: bool, patterns: str) -> Redactor | None:
-    """The import's redactor (None when not asked for); a bad team pattern is a bad option."""
+def trace_redactor(*, redact: bool, patterns: str) -> Redactor | None:
+    """The import's (and the preview's) redactor, None when not asked for; a bad team pattern is a
+    bad option (``TraceImportError`` naming ``redact_patterns``)."""
     if not redact:
         if patterns.strip():
             raise TraceImportError(
@@ -340,6 +341,7 @@ __all__ = [
     "prompt_pool_load",
     "trace_delete",
     "trace_import",
+    "trace_redactor",
     "trace_import_demo",
     "trace_import_path",
 ]

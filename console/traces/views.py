@@ -24,8 +24,7 @@ from console.traces.errors import TraceError, TraceImportError
 from console.traces.forms import TraceUploadForm
 from console.traces.models import Trace
 from console.traces.preview import TracePreview, trace_preview
-from console.traces.redaction import Redactor, patterns_parse
-from console.traces.services import TraceInUseError, trace_delete, trace_import
+from console.traces.services import TraceInUseError, trace_delete, trace_import, trace_redactor
 from console.traces.uploads import refused_message, upload_size_refusal
 
 
@@ -120,9 +119,9 @@ def _preview(request: HttpRequest, form: TraceUploadForm, *, xhr: bool) -> HttpR
             mapping=data.get("mapping"),
             default_task=data.get("default_task") or None,
             default_max_tokens=data["default_max_tokens"],
-            redactor=Redactor(extra=patterns_parse(data.get("redact_patterns", "")))
-            if data.get("redact")
-            else None,
+            redactor=trace_redactor(
+                redact=data.get("redact", False), patterns=data.get("redact_patterns", "")
+            ),
         )
     except TraceImportError as exc:
         import_error = exc
