@@ -21,6 +21,7 @@ from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from console.accounts import teams
 from console.accounts.scopes import required_scope
 
 # Postgres keys are bigints; anything above cannot name a row (and would overflow the query).
@@ -48,9 +49,10 @@ class ApiError(Exception):
         self.details = details
 
 
-def row_or_404(queryset: Any, pk: int, *, what: str) -> Any:
-    """The row with primary key ``pk``, or a 404 that names what was looked for."""
-    row = queryset.filter(pk=pk).first()
+def row_or_404(queryset: Any, pk: int, *, what: str, user: Any) -> Any:
+    """The row with primary key ``pk`` of one of ``user``'s teams (the token's team on a token call),
+    or a 404 that names what was looked for: another team's row is not found either."""
+    row = teams.visible(queryset.all(), user).filter(pk=pk).first()
     if row is None:
         raise ApiError(404, f"no {what} {pk}")
     return row
@@ -149,14 +151,41 @@ class SessionCookie(APIKeyCookie):
         return request.user if request.user.is_authenticated else None
 
 
-def access(*, capability: str | None = None, before_body: Callable | None = None) -> dict[str, Any]:
+def path_object_visible(model: Any, *, capability: str | None = None) -> Callable[[HttpRequest], None]:
+    """A ``before_body`` check: 404 unless the path's ``id`` names a ``model`` row of the user's
+    teams, then 403 unless the user holds ``capability`` in the row's team; both before the body
+    is validated (a malformed body would otherwise answer 400 and tell the object exists)."""
+
+    def check(request: HttpRequest) -> None:
+        raw = str((request.resolver_match.kwargs if request.resolver_match else {}).get("id", ""))
+        if raw.isdigit() and 0 < int(raw) <= MAX_ID:
+            what = str(model._meta.verbose_name)
+            row = row_or_404(model._default_manager.all(), int(raw), what=what, user=request.user)
+            if capability:
+                teams.require(request.user, capability, team_id=teams.team_id_of(row), what=f"do this to a {what}")
+
+    return check
+
+
+def access(
+    *, capability: str | None = None, before_body: Callable | None = None, path_object: Any = None
+) -> dict[str, Any]:
     """Keyword arguments for a router decorator: who may call it, and what runs before the body is read.
+    ``path_object``: the model the path's ``id`` names, checked visible first (``path_object_visible``).
 
     The permission is also written into the document (``x-permission``), which is where the role
     tests and ``guarded_urls`` find it; the token scope follows from it and the method
     (:func:`document_scopes`).
     """
     extra = {"x-permission": capability} if capability else {}
+    if path_object is not None:
+        visible_check, then = path_object_visible(path_object, capability=capability), before_body
+
+        def before_body(request: HttpRequest) -> None:
+            visible_check(request)
+            if then is not None:
+                then(request)
+
     return {
         "auth": [
             BearerToken(capability=capability, before_body=before_body),

@@ -110,6 +110,12 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 8}},
 ]
 LOGIN_URL = "login"
+# Passwords and the admin's staff rights from Django's model backend; every role permission from team
+# memberships (console/accounts/backends.py, docs/authorization.md).
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "console.accounts.backends.TeamRoleBackend",
+]
 # Failed logins per username + client address before the form refuses further tries (console/accounts/throttle.py).
 SPECREVIEW_LOGIN_MAX_FAILURES = envint("SPECREVIEW_LOGIN_MAX_FAILURES", 5, minimum=1)
 SPECREVIEW_LOGIN_LOCKOUT_MINUTES = envint("SPECREVIEW_LOGIN_LOCKOUT_MINUTES", 15, minimum=1)
@@ -199,6 +205,9 @@ if SPECREVIEW_RUN_STALE_AFTER_S < 2 * SPECREVIEW_RUN_HEARTBEAT_S:
 # Raw text retention (console/analysis/retention.py, docs/authorization.md "Retention"): days after a
 # trace's import when its prompts, messages, references and outputs are purged; unset keeps them.
 SPECREVIEW_RAW_TEXT_RETENTION_DAYS = envint_optional("SPECREVIEW_RAW_TEXT_RETENTION_DAYS", minimum=1)
+# The team that users and traces made without naming one join (console/accounts/teams.py): made on
+# first use. A team's own retention (Team.raw_text_retention_days) overrides the setting above.
+SPECREVIEW_DEFAULT_TEAM = "default"
 SPECREVIEW_RETENTION_PURGE_EVERY_S = 24 * 3600
 CELERY_BEAT_SCHEDULE = {
     "runs-reap": {"task": "workers.runs_reap", "schedule": float(SPECREVIEW_REAP_EVERY_S)},

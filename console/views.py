@@ -6,6 +6,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_safe
 
+from console.accounts import teams
 from console.api import api
 from console.decisions.models import Decision
 from console.experiments.models import Experiment
@@ -14,11 +15,13 @@ from console.traces.models import Trace
 
 @require_safe
 def home(request: HttpRequest):
-    experiments = list(Experiment.objects.order_by("-created_at")[:5])
+    user = request.user  # every list is the user's teams' (console/accounts/teams.py)
+    experiments = list(teams.visible(Experiment.objects.order_by("-created_at"), user)[:5])
     context = {
-        "traces": Trace.objects.order_by("-created_at")[:5],
+        "traces": teams.visible(Trace.objects.order_by("-created_at"), user)[:5],
         "answers": [(e, _latest_decision(e)) for e in experiments],
-        "decisions": Decision.objects.order_by("-created_at")[:5],
+        "decisions": teams.visible(Decision.objects.order_by("-created_at"), user)[:5],
+        "no_team": not teams.team_ids(user),
     }
     return render(request, "home.html", context)
 

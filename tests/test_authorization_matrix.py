@@ -11,7 +11,20 @@ Roles are the three groups plus the people an object knows:
   draft decision;
 - ``drafter``, ``editor``, ``submitter``: the three approvers who drafted, edited and submitted
   the submitted decision (none of them may sign it);
-- ``engineer``, ``approver``: one of each who took no part in anything.
+- ``engineer``, ``approver``: one of each who took no part in anything;
+- ``engineer_noraw``: an engineer of the team whose membership turns raw text off.
+
+All of them are members of the team that owns every object (``home``). A second team (issue 24):
+- ``other_viewer``, ``other_engineer``, ``other_approver``: members of the other team only;
+  another team's object is not found (404, never 403, so its existence is not told), except
+  where the route's permission is checked before anything is looked up and their role lacks it
+  anywhere (403, whatever the id);
+- ``mixed``: a viewer of ``home`` and an approver of the other team: on pages a viewer here (the
+  permission is the one of the object's team), over the API with a token of the other team (a
+  token acts in its one team: ``home``'s objects are not found).
+
+The expectations of the second team's roles follow from each entry's kind (:func:`_other_team`),
+and every GET answered to a role without raw text is searched for the planted prompt and output.
 
 The world is built once; each check runs inside a savepoint that is rolled back, so every
 role, and every test, sees the same world.
@@ -31,20 +44,25 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from console.accounts.middleware import API_PAGES
 from console.accounts.scopes import SCOPES
 
-ROLES = ("anonymous", "viewer", "engineer", "creator", "approver", "drafter", "editor", "submitter")
+HOME_ROLES = ("anonymous", "viewer", "engineer", "creator", "approver", "drafter", "editor", "submitter")
+OTHER_TEAM = ("other_viewer", "other_engineer", "other_approver", "mixed")
+ROLES = (*HOME_ROLES, "engineer_noraw", *OTHER_TEAM)
 SIGNED_IN = ROLES[1:]
 APPROVERS = ("approver", "drafter", "editor", "submitter")
+# Who may not read the home team's raw text (on pages; over the API "mixed" acts in the other team).
+NO_RAW_TEXT = ("anonymous", "viewer", "engineer_noraw", *OTHER_TEAM)
+MARKERS = ("PROMPT-MARK-7f3a9c", "OUTPUT-MARK-c41be2")
 
 OK, DENIED, LOGIN = "ok", "403", "login"  # ok: neither 401/403/404/405 nor a 5xx nor a login redirect
 NOT_FOUND = "status 404"  # an object of someone else's the user may not even see
 
 
 def everyone_signed_in() -> dict[str, str]:
-    return {"anonymous": LOGIN} | dict.fromkeys(SIGNED_IN, OK)
+    return {"anonymous": LOGIN} | dict.fromkeys(HOME_ROLES[1:], OK)
 
 
 def public() -> dict[str, str]:
-    return dict.fromkeys(ROLES, OK)
+    return dict.fromkeys(HOME_ROLES, OK)
 
 
 def engineers() -> dict[str, str]:
@@ -63,6 +81,11 @@ def signer() -> dict[str, str]:
     )
 
 
+def same_for_everyone(outcome: str) -> dict[str, str]:
+    """Routes about one's own session or account, the same whatever the teams."""
+    return {"anonymous": LOGIN} | dict.fromkeys(SIGNED_IN, outcome)
+
+
 # "METHOD /path/{param}/" -> role -> expectation. Objects: traces/experiments/policies by the
 # creator; "{pk}" under /decisions/ is the submitted decision unless the route edits a draft.
 MATRIX: dict[str, dict[str, str]] = {
@@ -71,12 +94,12 @@ MATRIX: dict[str, dict[str, str]] = {
     "GET /accounts/login/": public(),
     "POST /accounts/login/": public(),  # a failed login re-renders the form
     "PUT /accounts/login/": public(),  # Django's LoginView treats PUT as POST
-    "POST /accounts/logout/": dict.fromkeys(ROLES, LOGIN),  # logs out, back to the login page
+    "POST /accounts/logout/": same_for_everyone(LOGIN) | {"anonymous": LOGIN},  # back to the login page
     "GET /accounts/tokens/": everyone_signed_in(),  # one's own API tokens
     "POST /accounts/tokens/": everyone_signed_in(),
-    "POST /accounts/tokens/{pk}/revoke/": {"anonymous": LOGIN, "creator": OK}  # the creator's token:
-    | dict.fromkeys(set(SIGNED_IN) - {"creator"}, NOT_FOUND),  # nobody else's tokens even exist for them
-    "GET /admin/*": {"anonymous": LOGIN} | dict.fromkeys(SIGNED_IN, "admin-login"),  # staff only
+    "POST /accounts/tokens/{pk}/revoke/": same_for_everyone(NOT_FOUND) | {"creator": OK},  # the creator's
+    # token: nobody else's tokens even exist for them
+    "GET /admin/*": same_for_everyone("admin-login"),  # staff only
     # traces
     "GET /traces/": everyone_signed_in(),
     "GET /traces/upload/": engineers(),
@@ -147,6 +170,41 @@ MATRIX: dict[str, dict[str, str]] = {
     "GET /api/docs/": everyone_signed_in(),  # the interactive docs of the document above
 }
 
+
+def _names_an_object(path: str) -> bool:
+    return "{" in path and not path.startswith("/accounts/")
+
+
+def _other_team(key: str, expected: dict[str, str]) -> dict[str, str]:
+    """The second team's roles for an entry written for the home team, from the entry's kind:
+    everyone's (a list, or an object: then not found), an engineer's or approver's (the
+    permission is checked first: a role without it anywhere is refused, whatever the id), a
+    signer's. ``mixed`` is a viewer of home on pages and an approver of the other team over the API."""
+    method, path = key.split(" ", 1)
+    if set(OTHER_TEAM) <= set(expected):
+        return expected
+    obj = _names_an_object(path)
+    api = path.startswith("/api/") and path != "/api/docs/"
+    if expected["viewer"] == OK:  # everyone's
+        found = NOT_FOUND if obj else OK
+        roles = {"other_viewer": found, "other_engineer": found, "other_approver": found}
+        roles["mixed"] = found if api else OK
+    elif expected["approver"] == OK and expected["drafter"] == OK:  # an engineer's (or creator's)
+        found = NOT_FOUND if obj else OK
+        roles = {"other_viewer": DENIED, "other_engineer": found, "other_approver": found}
+        roles["mixed"] = found if api else (DENIED if obj else OK)
+    elif expected["approver"] == OK:  # a signer's
+        roles = {"other_viewer": DENIED, "other_engineer": DENIED, "other_approver": NOT_FOUND}
+        roles["mixed"] = NOT_FOUND if api else DENIED
+    else:
+        raise AssertionError(f"{key}: write its second-team roles out")
+    return expected | roles
+
+
+for _key, _expected in MATRIX.items():
+    MATRIX[_key] = _other_team(_key, _expected) | {"engineer_noraw": _expected["engineer"]}
+
+
 # Routes that act on a draft decision rather than the submitted one.
 ON_DRAFT = {"/decisions/{pk}/edit/", "/decisions/{pk}/submit/", "/api/decisions/{id}"}
 MUTATIONS = ("POST", "PUT", "PATCH", "DELETE")
@@ -211,50 +269,45 @@ def world(django_db_setup, django_db_blocker):
 
 
 def _world_build() -> World:
-    from console.accounts.services import user_create
+    from console.accounts.services import membership_set, team_resolve, user_create
+    from console.accounts.teams import team_default
     from console.decisions import services
-    from console.experiments.models import Run
-    from console.policies.models import SlicePolicy
-    from console.results.models import RequestResult
     from tests.decisions.conftest import draft_complete, draft_make
     from tests.decisions.factories import experiment_make
+    from tests.support.world import runs_results_policy
 
-    role_of = {"viewer": "viewer", "engineer": "engineer", "creator": "engineer"}
+    home, other = team_default(), team_resolve("other", create=True)
+    role_of = {
+        "viewer": "viewer",
+        "engineer": "engineer",
+        "creator": "engineer",
+        "engineer_noraw": "engineer",
+    }
+    role_of |= {"other_viewer": "viewer", "other_engineer": "engineer", "mixed": "viewer"}
     users = {
-        name: user_create(username=f"m-{name}", password="x" * 10, role=role_of.get(name, "approver"))
+        name: user_create(
+            username=f"m-{name}",
+            password="x" * 10,
+            role=role_of.get(name, "approver"),
+            team=other if name.startswith("other_") else home,
+        )
         for name in SIGNED_IN
     }
+    membership_set(user=users["engineer_noraw"], team=home, role="engineer", raw_text=False)
+    membership_set(user=users["mixed"], team=other, role="approver")
     experiment = experiment_make(created_by=users["creator"])
     trace = experiment.trace
     trace.uploaded_by = users["creator"]
     trace.save(update_fields=["uploaded_by"])
-    runs = list(experiment.runs.order_by("order"))
-    Run.objects.filter(pk=runs[-1].pk).update(status=Run.Status.FAILED, error="engine crashed")
-    request = trace.requests.order_by("position").first()
-    results = [
-        RequestResult.objects.create(
-            run=run,
-            trace_request=request,
-            request_id=request.request_id,
-            scheduled_s=0.0,
-            output_token_ids=[1, 2],
-        )
-        for run in runs[:2]
-    ]
+    trace.requests.filter(pk=trace.requests.order_by("position").first().pk).update(
+        prompt=f"say {MARKERS[0]}"
+    )
+    objects = runs_results_policy(experiment, output=f"{MARKERS[1]} said", author=users["creator"])
     from console.accounts.models import ApiToken
     from console.accounts.services import api_token_create
 
-    api_token_create(user=users["creator"], name="matrix", scopes=SCOPES)
+    api_token_create(user=users["creator"], name="matrix", scopes=SCOPES, team=home)
     token = ApiToken.objects.get(user=users["creator"], name="matrix")
-    policy = SlicePolicy.objects.create(
-        experiment=experiment,
-        baseline_arm="baseline",
-        arms=["ngram"],
-        metric="tpot_s",
-        rules={"rules": []},
-        rules_sha256="0" * 64,
-        created_by=users["creator"],
-    )
     draft = draft_make(experiment=experiment, author=users["creator"])
     submitted = draft_complete(
         draft_make(experiment=experiment, author=users["drafter"]), actor=users["editor"]
@@ -262,14 +315,10 @@ def _world_build() -> World:
     services.decision_submit(decision=submitted, actor=users["submitter"])
     return World(
         users=users,
-        ids={
+        ids=objects
+        | {
             "trace": trace.pk,
             "experiment": experiment.pk,
-            "failed_run": runs[-1].pk,
-            "run": runs[0].pk,
-            "result_a": results[0].pk,
-            "result_b": results[1].pk,
-            "policy": policy.pk,
             "token": token.pk,
             "draft": draft.pk,
             "submitted": submitted.pk,
@@ -330,13 +379,18 @@ def check(world: World, method: str, path: str, role: str) -> str:
         if url.startswith("/api/") and url not in API_PAGES:
             from console.accounts.services import api_token_create
 
-            # every scope: this matrix is about roles (tests/accounts/test_token_scopes.py: scopes)
-            token = api_token_create(user=user, scopes=SCOPES)
+            # every scope: this matrix is about roles (tests/accounts/test_token_scopes.py: scopes);
+            # "mixed" calls with a token of its other team, everyone else with their one team's
+            token = api_token_create(user=user, scopes=SCOPES, team="other" if role == "mixed" else None)
         else:
             client.force_login(user)
     with transaction.atomic():
         response = call(client, method, url, api_token=token)
         transaction.set_rollback(True)  # the next role sees the same world
+    if method == "GET" and role in NO_RAW_TEXT:
+        body = b"".join(response.streaming_content) if response.streaming else response.content
+        shown = [m for m in MARKERS if m.encode() in body]
+        assert not shown, f"GET {url} showed {role} the raw text {shown}"
     return outcome(response, url)
 
 

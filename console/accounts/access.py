@@ -7,11 +7,12 @@ from collections.abc import Callable
 
 from django.core.exceptions import PermissionDenied
 
-from console.accounts import roles
+from console.accounts import roles, teams
 
 
 def capability_required(perm: str) -> Callable:
-    """403 unless the user has ``perm``, checked before the view looks anything up.
+    """403 unless the user has ``perm`` in at least one of their teams, checked before the view looks
+    anything up; the view then checks the object's own team (``teams.visible_get``, ``teams.require``).
 
     The permission is recorded on the view (``required_capability``) so the role tests can
     find every guarded URL without a hand-kept list.
@@ -30,36 +31,46 @@ def capability_required(perm: str) -> Callable:
     return decorate
 
 
-def acts_for_anyone(user) -> bool:
-    """An approver (or a superuser) may operate on objects other people created."""
-    return bool(user.has_perm(roles.SIGN_DECISION))
+def acts_for_anyone(user, *, team_id: int | None) -> bool:
+    """An approver of the owning team may operate on objects other members created."""
+    return teams.can(user, roles.SIGN_DECISION, team_id=team_id)
 
 
-def owner_or_approver_required(*, user, owner_id: int | None, what: str) -> None:
-    """PermissionDenied unless ``user`` created the object (``owner_id``) or is an approver.
+def owner_or_approver_required(*, user, owner_id: int | None, what: str, team_id: int | None) -> None:
+    """PermissionDenied unless ``user`` created the object (``owner_id``) or is an approver of the
+    team that owns it (``team_id``). Call it on an object the user can see (``teams.visible_get``).
 
     ``what`` names the act and the object, for the message ("cancel experiment #3"). Objects
     with no recorded creator (made by a command) are an approver's only.
     """
     if owner_id is not None and owner_id == user.pk:
         return
-    if acts_for_anyone(user):
+    if acts_for_anyone(user, team_id=team_id):
         return
-    raise PermissionDenied(f"only its creator or an approver may {what}")
+    raise PermissionDenied(f"only its creator or an approver of its team may {what}")
+
+
+def act_required(*, user, capability: str, team_id: int | None, what: str, owner_id: int | None = -1) -> None:
+    """PermissionDenied unless ``user`` holds ``capability`` in the owning team and, when the act
+    has an owner rule (``owner_id`` given, None for "made by a command"), created the object or is
+    an approver of that team. Call it on an object the user can see (``teams.visible_get``)."""
+    teams.require(user, capability, team_id=team_id, what=what)
+    if owner_id != -1:
+        owner_or_approver_required(user=user, owner_id=owner_id, what=what, team_id=team_id)
 
 
 RAW_TEXT_HIDDEN = "[raw text hidden: your role cannot read prompts and outputs]"
 
 
-def raw_text_allowed(*, user) -> bool:
-    """Whether ``user`` may read raw text: prompts, chat messages, tool definitions and outputs,
-    retrieved payloads and references (request metadata) and model outputs.
+def raw_text_allowed(*, user, team_id: int | None) -> bool:
+    """Whether ``user`` may read the raw text of team ``team_id``: prompts, chat messages, tool
+    definitions and outputs, retrieved payloads and references (request metadata) and model outputs.
 
-    The one place the rule lives (a role capability today, a team membership later): every page,
-    plot, export and API response that carries such text asks here and, when it is False, shows
+    Every page, plot, export and API response that carries such text asks here (the rule itself:
+    ``teams.raw_text_allowed``, from the membership) and, when it is False, shows
     :data:`RAW_TEXT_HIDDEN` in its place while keeping counts, flags, hashes and positions.
     """
-    return bool(user is not None and user.is_authenticated and user.has_perm(roles.READ_RAW_TEXT))
+    return teams.raw_text_allowed(user, team_id=team_id)
 
 
 def raw_text_shown(value, *, allowed: bool):

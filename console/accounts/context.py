@@ -3,6 +3,8 @@ from console.accounts.services import user_role
 
 
 def roles(request):
+    """The header's roles, and what the user may start somewhere (in at least one of their teams:
+    each object's page asks its own team)."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {"role": None}

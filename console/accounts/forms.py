@@ -4,6 +4,8 @@ from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 
+from console.accounts import teams
+from console.accounts.models import Team
 from console.accounts.scopes import DEFAULT_SCOPES, READ, SIGN, WRITE
 from console.accounts.services import api_token_scopes_clean
 from console.accounts.throttle import (
@@ -82,3 +84,24 @@ class ApiTokenCreateForm(forms.Form):
         widget=forms.CheckboxSelectMultiple,
         help_text="what the token may do; your role still limits it",
     )
+    team = forms.ModelChoiceField(
+        queryset=Team.objects.none(),
+        required=False,  # clean_team: the user's one team when they have one
+        help_text="the one team the token acts in, with your role there",
+    )
+
+    def __init__(self, *args, user=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        own = (
+            Team.objects.filter(memberships__user=user).order_by("name")
+            if user is not None
+            else Team.objects.none()
+        )
+        self.fields["team"].queryset = own
+        if len(own) == 1:
+            self.fields["team"].initial = own[0]
+
+    def clean_team(self) -> Team:
+        return teams.team_or_only_one(
+            self.cleaned_data.get("team"), self.fields["team"], what="the token acts in"
+        )

@@ -32,6 +32,8 @@ class LoginRequiredEverywhere:
                 # the operation's scope against the token's.
                 request.api_token_user = request.user
                 request.api_token_scopes = frozenset(token.scopes)
+                # The token acts in its one team only (console.accounts.teams.memberships reads it).
+                request.user.api_token_team_id = token.team_id
                 # A bearer token is not sent automatically by browsers, so CSRF does not apply.
                 request._dont_enforce_csrf_checks = True
             elif not request.user.is_authenticated:

@@ -4,10 +4,14 @@ import hashlib
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
+from console.accounts.roles import ROLES
 from console.accounts.scopes import scopes_default
+
+TEAM_NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 
 
 class Capability(models.Model):
@@ -30,6 +34,61 @@ def api_token_expiry_default() -> datetime:
     return timezone.now() + timedelta(days=settings.SPECREVIEW_API_TOKEN_DAYS)
 
 
+class Team(models.Model):
+    """Who owns traces and everything made from them (experiments, runs, comparisons, policies,
+    decisions): a user sees a team's objects only as a member (``console.accounts.teams``), and
+    acts on them with the role of that membership. Its settings: whether uploads redact by
+    default, its own redaction patterns, and how long its raw text is kept."""
+
+    name = models.CharField(
+        max_length=64,
+        unique=True,
+        validators=[RegexValidator(TEAM_NAME_RE, "lower-case letters, digits, '-' and '_', at most 64")],
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    redact_at_import = models.BooleanField(
+        default=False,
+        help_text="every upload of the team redacts emails, keys, card numbers... before anything is stored",
+    )
+    redaction_patterns = models.TextField(
+        blank=True, default="", help_text="the team's own patterns, one NAME=REGEX a line, added to every redacted upload"
+    )
+    raw_text_retention_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="days after import that raw text is kept; empty: the installation's "
+        "SPECREVIEW_RAW_TEXT_RETENTION_DAYS (unset: for ever)",
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    """A user's role in one team (viewer, engineer or approver), and whether they read its raw text."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=[(r, r) for r in ROLES])
+    raw_text = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text="read prompts and outputs: empty follows the role (engineers and approvers yes, viewers no)",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["team__name", "user__username"]
+        constraints = [models.UniqueConstraint(fields=["team", "user"], name="membership_one_per_team")]
+
+    def __str__(self) -> str:
+        return f"{self.user} is {self.role} in {self.team}"
+
+
 class ApiToken(models.Model):
     """A bearer token for the JSON API. Only its sha256 is stored, plus its first characters
     (``prefix``) so that a user can tell their tokens apart and revoke one by name."""
@@ -48,8 +107,10 @@ class ApiToken(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     # A list from console.accounts.scopes.SCOPES, in that order (services.api_token_scopes_clean).
-    # Teams are not here yet: a later change adds the team a token acts in, beside its scopes.
     scopes = models.JSONField(default=scopes_default)
+    # The one team the token acts in (its user's role there); null only for tokens made before teams,
+    # which the migration gave their user's team (console.accounts.teams.token_team_ids).
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, null=True, blank=True, related_name="api_tokens")
 
     @property
     def status(self) -> str:

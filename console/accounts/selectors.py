@@ -7,7 +7,7 @@ from console.accounts.models import ApiToken
 
 def api_tokens_of_user(*, user) -> QuerySet[ApiToken]:
     """A user's tokens, newest first (active, expired and revoked alike)."""
-    return ApiToken.objects.filter(user=user).order_by("-created_at", "-pk")
+    return ApiToken.objects.filter(user=user).select_related("team").order_by("-created_at", "-pk")
 
 
 def api_tokens_matching(

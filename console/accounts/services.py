@@ -6,49 +6,79 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group, Permission
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from console.accounts.models import ApiToken, RawTextAccess
-from console.accounts.roles import ROLE_PERMISSIONS, ROLES
+from console.accounts.models import ApiToken, Membership, RawTextAccess, Team
+from console.accounts.roles import ROLES
 from console.accounts.scopes import DEFAULT_SCOPES, SCOPES
+from console.accounts.teams import memberships_forget, role_in, roles_text, team_default
 from console.accounts.throttle import minutes_text, throttle_failure_record, throttle_locked_seconds
 
 
-def roles_ensure() -> None:
-    """Create the role groups and give each exactly its permissions (idempotent)."""
-    for role, perms in ROLE_PERMISSIONS.items():
-        group, _ = Group.objects.get_or_create(name=role)
-        wanted = []
-        for dotted in perms:
-            app_label, codename = dotted.split(".")
-            wanted.append(Permission.objects.get(content_type__app_label=app_label, codename=codename))
-        group.permissions.set(wanted)
-
-
 @transaction.atomic
-def user_create(*, username: str, password: str, role: str, email: str = ""):
+def user_create(
+    *, username: str, password: str, role: str, email: str = "", team: Team | str | None = None
+):
+    """Create (or update) a user with ``role`` in ``team`` (a Team or a team name, made if missing;
+    None: the installation's default team). Their other memberships stay."""
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
-    roles_ensure()
     User = get_user_model()
     user, created = User.objects.get_or_create(username=username, defaults={"email": email})
     user.set_password(password)
     user.save()
-    user.groups.set([Group.objects.get(name=role)])
+    membership_set(user=user, team=team_resolve(team, create=True), role=role)
     return user
 
 
-def user_role(user) -> str | None:
+def team_resolve(team: Team | str | None, *, create: bool = False) -> Team:
+    """A Team from a Team, a name or None (the default team). ValidationError for a bad name, or
+    for an unknown one unless ``create``."""
+    if isinstance(team, Team):
+        return team
+    if team is None:
+        return team_default()
+    name = str(team).strip()
+    found = Team.objects.filter(name=name).first()
+    if found is not None:
+        return found
+    if not create:
+        raise ValidationError({"team": f"no team {name[:64]!r}"})
+    made = Team(name=name)
+    made.full_clean()
+    made.save()
+    return made
+
+
+def membership_set(*, user, team: Team, role: str, raw_text: bool | None = None) -> Membership:
+    """Give ``user`` ``role`` in ``team`` (replacing their role there); ``raw_text`` overrides
+    whether they read the team's raw text (None: the role decides)."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
+    membership, _ = Membership.objects.update_or_create(
+        team=team, user=user, defaults={"role": role, "raw_text": raw_text}
+    )
+    memberships_forget(user)
+    return membership
+
+
+def membership_remove(*, user, team: Team) -> bool:
+    """Take ``user`` out of ``team`` (their tokens for it stop working); False if not a member."""
+    deleted, _ = Membership.objects.filter(team=team, user=user).delete()
+    memberships_forget(user)
+    return bool(deleted)
+
+
+def user_role(user, *, team_id: int | None = None) -> str | None:
+    """The user's role in ``team_id`` (for audit records); without one, the roles for the page
+    header ("engineer", or "engineer in a, viewer in b")."""
     if not user.is_authenticated:
         return None
-    names = set(user.groups.values_list("name", flat=True))
-    for role in ROLES:  # most powerful first is not needed: a user has one role
-        if role in names:
-            return role
-    return "admin" if user.is_superuser else None
+    if team_id is not None:
+        return role_in(user, team_id)
+    return roles_text(user) or ("admin" if user.is_superuser else None)
 
 
 def api_token_scopes_clean(scopes: Iterable[str] | str) -> list[str]:
@@ -72,15 +102,33 @@ def api_token_scopes_clean(scopes: Iterable[str] | str) -> list[str]:
 
 
 def api_token_create(
-    *, user, name: str = "default", days: int | None = None, scopes: Iterable[str] = DEFAULT_SCOPES
+    *,
+    user,
+    name: str = "default",
+    days: int | None = None,
+    scopes: Iterable[str] = DEFAULT_SCOPES,
+    team: Team | int | str | None = None,
 ) -> str:
     """Create a token valid for ``days`` (default ``SPECREVIEW_API_TOKEN_DAYS``) with ``scopes``
-    (default read and write: sign only when asked) and return its key; only its digest and first
-    characters are stored, so show it once. ValidationError (on ``scopes``) for a bad scope list."""
+    (default read and write: sign only when asked), acting in ``team`` (a Team, id or name the user
+    belongs to; None: the user's one team), and return its key; only its digest and first
+    characters are stored, so show it once. ValidationError (on ``scopes`` or ``team``) otherwise."""
     checked = api_token_scopes_clean(scopes)
+    member_of = Team.objects.filter(memberships__user=user).order_by("name")
+    if team is None:
+        if member_of.count() != 1:
+            names = ", ".join(member_of.values_list("name", flat=True)) or "none: ask an operator"
+            raise ValidationError({"team": f"name the team the token acts in (yours: {names})"})
+        chosen = member_of.first()
+    else:
+        key_ = team.pk if isinstance(team, Team) else team
+        chosen = next((t for t in member_of if str(key_) in (str(t.pk), t.name)), None)
+        if chosen is None:
+            raise ValidationError({"team": f"you are not a member of team {str(key_)[:64]!r}"})
     key = secrets.token_urlsafe(32)
     ApiToken.objects.create(
         user=user,
+        team=chosen,
         name=name,
         scopes=checked,
         key_sha256=ApiToken.digest(key),

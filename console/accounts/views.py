@@ -25,13 +25,16 @@ class LoginView(auth_views.LoginView):
 @never_cache
 @require_http_methods(["GET", "HEAD", "POST"])
 def tokens(request: HttpRequest):
-    form = ApiTokenCreateForm(request.POST if request.method == "POST" else None)
+    form = ApiTokenCreateForm(request.POST if request.method == "POST" else None, user=request.user)
     new_key = None
     if request.method == "POST" and form.is_valid():
         new_key = api_token_create(
-            user=request.user, name=form.cleaned_data["name"], scopes=form.cleaned_data["scopes"]
+            user=request.user,
+            name=form.cleaned_data["name"],
+            scopes=form.cleaned_data["scopes"],
+            team=form.cleaned_data["team"],
         )
-        form = ApiTokenCreateForm()
+        form = ApiTokenCreateForm(user=request.user)
     status = 400 if request.method == "POST" and form.errors else 200
     return render(
         request,

@@ -42,7 +42,7 @@ class ComparisonOut(Summary):
 )
 def experiment_detail(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
     """Status and progress, and the fit assessment (read from stored data, never computed here)."""
-    experiment = row_or_404(Experiment.objects, id, what="experiment")
+    experiment = row_or_404(Experiment.objects, id, what="experiment", user=request.user)
     return {
         **experiment_status_payload(experiment=experiment),
         "fit_assessment": experiment_fit_assessment(experiment=experiment),
@@ -59,7 +59,7 @@ def comparison(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
     """409 until a baseline run has finished and the comparison task has stored its result, and
     for a comparison stored in another schema version or shape (the message says so);
     ``state`` says whether it is current (``ready``) or being recomputed (``stale``)."""
-    experiment = row_or_404(Experiment.objects, id, what="experiment")
+    experiment = row_or_404(Experiment.objects.select_related("trace"), id, what="experiment", user=request.user)
     state = comparison_state(experiment=experiment)
     if state == "no baseline":
         raise ApiError(409, "no finished baseline run yet: nothing to compare")
@@ -69,7 +69,7 @@ def comparison(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
         raise ApiError(409, str(exc)) from exc
     if summary is None:
         raise ApiError(409, "the comparison is being computed: try again shortly")
-    raw_text = raw_text_allowed(user=request.user)
+    raw_text = raw_text_allowed(user=request.user, team_id=experiment.trace.team_id)
     if raw_text and summary.quality.first_divergences:
         raw_text_access_record(user=request.user, view="comparison API", object_ref=f"experiment {id}")
     # Already validated field for field: the response only adds its state.

@@ -57,9 +57,11 @@ class TracePurge:
 
 
 def retention_days_for(*, trace: Trace) -> int | None:
-    """Days after import that ``trace``'s raw text is kept; None keeps it for ever. One
-    installation-wide setting today; the team owning the trace will decide it later."""
-    return settings.SPECREVIEW_RAW_TEXT_RETENTION_DAYS
+    """Days after import that ``trace``'s raw text is kept; None keeps it for ever. The owning
+    team's period (``Team.raw_text_retention_days``) when it set one, else the installation's
+    ``SPECREVIEW_RAW_TEXT_RETENTION_DAYS``."""
+    team_days = trace.team.raw_text_retention_days
+    return team_days if team_days is not None else settings.SPECREVIEW_RAW_TEXT_RETENTION_DAYS
 
 
 def trace_purged(*, trace: Trace) -> dict[str, Any] | None:
@@ -72,7 +74,8 @@ def traces_purge_due(*, now: dt.datetime) -> list[tuple[Trace, int]]:
     """The traces, not purged yet, imported more than their retention period before ``now``,
     each with its period (days), oldest first."""
     due = []
-    for trace in Trace.objects.exclude(metadata__has_key=PURGED_KEY).order_by("created_at", "pk"):
+    traces = Trace.objects.exclude(metadata__has_key=PURGED_KEY).select_related("team")
+    for trace in traces.order_by("created_at", "pk"):
         days = retention_days_for(trace=trace)
         if days is not None and trace.created_at <= now - dt.timedelta(days=days):
             due.append((trace, days))

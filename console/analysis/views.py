@@ -11,10 +11,11 @@ from django.conf import settings
 from django.contrib import messages
 from django.core.cache import cache
 from django.http import HttpResponse, StreamingHttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_POST, require_safe
 
+from console.accounts import teams
 from console.accounts.access import capability_required, raw_text_allowed, raw_text_shown
 from console.accounts.roles import RUN_EXPERIMENT
 from console.accounts.services import raw_text_access_record
@@ -47,15 +48,16 @@ def _stored_summary(experiment: Experiment) -> tuple[Summary | None, str | None]
 
 @require_safe
 def experiment_comparison(request, pk: int):
-    experiment = get_object_or_404(Experiment.objects.select_related("trace"), pk=pk)
+    experiment = teams.visible_get(Experiment.objects.select_related("trace"), request.user, pk=pk)
     state = comparison_state(experiment=experiment)
     context: dict = {"experiment": experiment, "state": state, "summary": None, "summary_error": None}
+    context |= teams.capabilities_in(request.user, experiment.trace.team_id)
     if state in ("missing", "stale"):
         context["progress"] = comparison_progress(experiment=experiment)
     slice_raw = request.GET.get("slice")
     stored = comparison_stored_key(experiment=experiment)
     cross_vocabulary = experiment_cross_vocabulary_arms(experiment=experiment)
-    raw_text = raw_text_allowed(user=request.user)  # the body differs with it: part of the key
+    raw_text = raw_text_allowed(user=request.user, team_id=experiment.trace.team_id)  # part of the key
     # A purge blanks the stored comparison's text under the same key: the body must not outlive it.
     purged = trace_purged(trace=experiment.trace) is not None
     key = _body_key(
@@ -123,7 +125,8 @@ def _comparison_body(
 @capability_required(RUN_EXPERIMENT)
 def experiment_comparison_refresh(request, pk: int):
     """Ask a worker to (re)compute the comparison from the runs finished now."""
-    experiment = get_object_or_404(Experiment, pk=pk)
+    experiment = teams.visible_get(Experiment.objects.select_related("trace"), request.user, pk=pk)
+    teams.require(request.user, RUN_EXPERIMENT, team_id=experiment.trace.team_id, what="recompute comparisons")
     comparison_enqueue(experiment_id=experiment.pk)
     messages.success(request, "A worker is computing the comparison from the runs finished now.")
     return redirect("analysis:comparison", pk=experiment.pk)
@@ -131,11 +134,11 @@ def experiment_comparison_refresh(request, pk: int):
 
 @require_safe
 def run_detail(request, pk: int):
-    run = get_object_or_404(Run.objects.select_related("experiment", "arm__config"), pk=pk)
+    run = teams.visible_get(Run.objects.select_related("experiment__trace", "arm__config"), request.user, pk=pk)
     requests, _ = results_frames(runs=[run])
     timeline = plots.fig_html(plots.run_timeline(requests), div_id="timeline") if not requests.empty else ""
     rows = list(RequestResult.objects.filter(run=run).select_related("trace_request").order_by("scheduled_s"))
-    raw_text = raw_text_allowed(user=request.user)
+    raw_text = raw_text_allowed(user=request.user, team_id=run.experiment.trace.team_id)
     if raw_text and rows:
         raw_text_access_record(user=request.user, view="run page", object_ref=f"run {run.pk}")
     table = []
@@ -169,8 +172,9 @@ def run_detail(request, pk: int):
 
 @require_safe
 def result_compare(request, a: int, b: int):
-    left = get_object_or_404(RequestResult.objects.select_related("run__arm", "trace_request"), pk=a)
-    right = get_object_or_404(RequestResult.objects.select_related("run__arm", "trace_request"), pk=b)
+    results = RequestResult.objects.select_related("run__arm", "run__experiment__trace", "trace_request")
+    left = teams.visible_get(results, request.user, pk=a, what="result")
+    right = teams.visible_get(results, request.user, pk=b, what="result")
     divergence = None
     for i, (x, y) in enumerate(zip(left.output_token_ids, right.output_token_ids, strict=False)):
         if x != y:
@@ -179,7 +183,7 @@ def result_compare(request, a: int, b: int):
     else:
         if len(left.output_token_ids) != len(right.output_token_ids):
             divergence = min(len(left.output_token_ids), len(right.output_token_ids))
-    if raw_text_allowed(user=request.user):
+    if all(raw_text_allowed(user=request.user, team_id=r.run.experiment.trace.team_id) for r in (left, right)):
         raw_text_access_record(
             user=request.user, view="outputs side by side", object_ref=f"results {a} and {b}"
         )
@@ -197,10 +201,10 @@ def result_compare(request, a: int, b: int):
 
 @require_safe
 def experiment_results_csv(request, pk: int):
-    experiment = get_object_or_404(Experiment, pk=pk)
+    experiment = teams.visible_get(Experiment.objects.select_related("trace"), request.user, pk=pk)
     runs = list(Run.objects.filter(experiment=experiment, status=Run.Status.DONE).select_related("arm"))
     requests, _ = results_frames(runs=runs)
-    raw_text = raw_text_allowed(user=request.user)
+    raw_text = raw_text_allowed(user=request.user, team_id=experiment.trace.team_id)
     requests = results_frame_shown(requests, raw_text=raw_text)
     if raw_text:
         raw_text_access_record(user=request.user, view="results CSV", object_ref=f"experiment {pk}")
@@ -233,7 +237,7 @@ def experiment_results_csv(request, pk: int):
 
 @require_safe
 def experiment_summary_json(request, pk: int):
-    experiment = get_object_or_404(Experiment, pk=pk)
+    experiment = teams.visible_get(Experiment.objects.select_related("trace"), request.user, pk=pk)
     stored = comparison_for_experiment(experiment=experiment)
     if stored is None:
         return HttpResponse(
@@ -245,7 +249,7 @@ def experiment_summary_json(request, pk: int):
         summary_load(stored)  # the download is the stored JSON as it is, once it reads as the contract
     except ComparisonSchemaError as exc:
         return HttpResponse(json.dumps({"error": str(exc)}), content_type="application/json", status=409)
-    raw_text = raw_text_allowed(user=request.user)
+    raw_text = raw_text_allowed(user=request.user, team_id=experiment.trace.team_id)
     if raw_text and (stored.get("quality") or {}).get("first_divergences"):
         raw_text_access_record(user=request.user, view="comparison JSON", object_ref=f"experiment {pk}")
     shown = stored_shown(stored, raw_text=raw_text)

@@ -178,15 +178,15 @@ def _signer_guard(request: HttpRequest) -> None:
     raw = str((request.resolver_match.kwargs if request.resolver_match else {}).get("id", ""))
     if not raw.isdigit() or int(raw) > MAX_ID:
         return  # the path's own validation answers
-    decision = Decision.objects.filter(pk=int(raw)).first()
-    refusal = decision and selectors.decision_sign_refusal(decision=decision, user=request.user)
+    decision = row_or_404(Decision.objects, int(raw), what="decision", user=request.user)
+    refusal = selectors.decision_sign_refusal(decision=decision, user=request.user)
     if refusal:
         raise PermissionDenied(refusal)
 
 
-def _get(pk: int) -> Decision:
-    rows = Decision.objects.select_related("experiment", "candidate_arm__config", "created_by")
-    return row_or_404(rows, pk, what="decision")
+def _get(request: HttpRequest, pk: int) -> Decision:
+    rows = Decision.objects.select_related("experiment__trace", "candidate_arm__config", "created_by")
+    return row_or_404(rows, pk, what="decision", user=request.user)
 
 
 @router.get(
@@ -200,7 +200,7 @@ def decisions_index(
     status: Literal[tuple(Decision.Status.values)] | None = Query(None),  # type: ignore[valid-type]
     model: text(500) | None = Query(None, description="target model"),  # type: ignore[valid-type]
 ):
-    qs = selectors.decisions_list(model=model or None, status=status or None)
+    qs = selectors.decisions_list(user=request.user, model=model or None, status=status or None)
     return {"decisions": [decision_payload(d, full=False) for d in qs[:500]]}
 
 
@@ -211,7 +211,7 @@ def decisions_index(
     summary="A decision: gate, checklist, rollback plan, sign-off, archive hashes",
 )
 def decision_item(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
-    return decision_payload(_get(id), full=True)
+    return decision_payload(_get(request, id), full=True)
 
 
 @router.patch(
@@ -219,13 +219,13 @@ def decision_item(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-typ
     response={200: DecisionDetailOut, **errors(400, 404, 409)},
     url_name="api-decision",
     summary="Edit a draft",
-    **access(capability=roles.DRAFT_DECISION),
+    **access(capability=roles.DRAFT_DECISION, path_object=Decision),
 )
 def decision_edit(request: HttpRequest, id: Path[Id], payload: DecisionPatchIn):  # type: ignore[valid-type]
     """Needs permission accounts.draft_decision. 409 once the decision is submitted or signed, and
     while the experiment's stored comparison is of another schema version or shape (the message
     says to recompute it)."""
-    decision = _get(id)
+    decision = _get(request, id)
     changes = payload.model_dump(exclude_unset=True, mode="json")
     try:
         decision = services.decision_update(
@@ -238,7 +238,7 @@ def decision_edit(request: HttpRequest, id: Path[Id], payload: DecisionPatchIn):
         raise ApiError(409, str(exc)) from None
     except services.DecisionError as exc:
         raise ApiError(409 if "only a draft" in str(exc) else 400, str(exc)) from None
-    return decision_payload(_get(decision.pk), full=True)
+    return decision_payload(_get(request, decision.pk), full=True)
 
 
 @router.post(
@@ -250,7 +250,7 @@ def decision_edit(request: HttpRequest, id: Path[Id], payload: DecisionPatchIn):
 )
 def decision_signoff(request: HttpRequest, id: Path[Id], payload: SignoffIn):  # type: ignore[valid-type]
     """Needs permission accounts.sign_decision; an approver cannot sign what they drafted (403)."""
-    decision = _get(id)
+    decision = _get(request, id)
     try:
         decision = services.decision_sign(
             decision=decision,
@@ -262,4 +262,4 @@ def decision_signoff(request: HttpRequest, id: Path[Id], payload: SignoffIn):  #
         )
     except services.DecisionError as exc:
         raise ApiError(400, str(exc)) from None
-    return decision_payload(_get(decision.pk), full=True)
+    return decision_payload(_get(request, decision.pk), full=True)

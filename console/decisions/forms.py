@@ -9,6 +9,8 @@ from typing import Any
 from django import forms
 
 from console import numbers
+from console.accounts import teams
+from console.accounts.roles import DRAFT_DECISION
 from console.decisions import checklist as checklist_mod
 from console.decisions import gate
 from console.decisions.limits import NOTE_MAX_CHARS, TEXT_MAX_CHARS
@@ -105,12 +107,30 @@ class DecisionCreateForm(forms.Form):
         queryset=Decision.objects.filter(status__in=Decision.SIGNED_STATUSES), required=False
     )
 
+    def __init__(self, *args, user=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Only what the user's teams own, drafted where they may draft: another team's id is "not
+        # one of the available choices", and its objects are never listed.
+        drafting = teams.team_ids(user, capability=DRAFT_DECISION)
+        self.fields["experiment"].queryset = Experiment.objects.filter(trace__team_id__in=drafting)
+        self.fields["candidate_arm"].queryset = Arm.objects.filter(
+            is_baseline=False, experiment__trace__team_id__in=drafting
+        )
+        self.fields["slice_policy"].queryset = SlicePolicy.objects.filter(experiment__trace__team_id__in=drafting)
+        self.fields["supersedes"].queryset = Decision.objects.filter(
+            status__in=Decision.SIGNED_STATUSES, experiment__trace__team_id__in=drafting
+        )
+
     def clean_policy_ref(self) -> str:
         return _policy_ref_clean(self.cleaned_data.get("policy_ref") or "")
 
     def clean(self):
         data = super().clean()
         arm, experiment = data.get("candidate_arm"), data.get("experiment")
+        superseded = data.get("supersedes")
+        if superseded is not None and experiment is not None:
+            if superseded.experiment.trace.team_id != experiment.trace.team_id:
+                self.add_error("supersedes", "a decision supersedes only its own team's decisions")
         if arm is not None and experiment is not None and arm.experiment_id != experiment.pk:
             self.add_error("candidate_arm", "this arm belongs to another experiment")
         policy = data.get("slice_policy")

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db.models import Prefetch, Q, QuerySet
 
+from console.accounts import roles, teams
 from console.analysis.comparison.schema import Summary
 from console.analysis.selectors import comparison_summary_for_experiment
 from console.decisions import archive
@@ -28,15 +29,18 @@ def decision_comparison(*, experiment: Experiment) -> Summary | None:
 
 def decisions_list(
     *,
+    user: Any,
     model: str | None = None,
     status: str | None = None,
     date_from: dt.date | None = None,
     date_to: dt.date | None = None,
     archived_only: bool = False,
 ) -> QuerySet[Decision]:
-    """Decisions, newest first, filtered by target model (substring), status, creation date."""
-    qs = Decision.objects.select_related(
-        "experiment", "candidate_arm__config", "created_by", "signoff__signer"
+    """The decisions of the user's teams, newest first, filtered by target model (substring),
+    status, creation date."""
+    qs = teams.visible(
+        Decision.objects.select_related("experiment", "candidate_arm__config", "created_by", "signoff__signer"),
+        user,
     )
     if archived_only:
         qs = qs.filter(status__in=Decision.SIGNED_STATUSES)
@@ -99,7 +103,9 @@ def decision_participants(*, decision: Decision) -> dict[int, list[str]]:
 def decision_sign_refusal(*, decision: Decision, user: Any) -> str | None:
     """Why ``user`` may not sign ``decision`` under separation of duties (None: they may, as far
     as duties go; the role and the status are checked separately). The signer must differ from
-    the drafter, from every editor and from the submitter."""
+    the drafter, from every editor and from the submitter, and be an approver of the decision's team."""
+    if not teams.can(user, roles.SIGN_DECISION, team_id=teams.team_id_of(decision)):
+        return "only an approver of the decision's team may sign it"
     done = decision_participants(decision=decision).get(user.pk)
     if not done:
         return None

@@ -2,9 +2,9 @@
 audit event with who and when. What a draft computes is in ``decisions.recompute``, the rollback
 plan it starts with in ``decisions.rollback``, the archive append in ``decisions.archiving``.
 
-Errors: ``DecisionError`` (the request is invalid: a message a user can act on),
-``FrozenDecisionError`` (a signed decision cannot change), ``PermissionDenied`` (role, or
-separation of duties), ``console.errors.Conflict`` (someone else signed first).
+Errors: ``DecisionError`` (an invalid request: a message a user can act on), ``FrozenDecisionError``
+(signed: it cannot change), ``PermissionDenied`` (role in the experiment's team, or separation of
+duties), ``console.errors.Conflict`` (someone else signed first).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from console.accounts import roles
+from console.accounts import roles, teams
 from console.accounts.services import user_role
 from console.analysis.comparison.schema import Summary
 from console.decisions import checklist, gate, selectors
@@ -69,22 +69,21 @@ class DecisionError(ValueError):
     """An invalid request about a decision; the message says what to fix."""
 
 
-def _audit(
-    *, decision: Decision, action: str, actor: Any, details: Mapping[str, Any] | None = None
-) -> AuditEvent:
+def _audit(*, decision: Decision, action: str, actor: Any, details: Mapping[str, Any] | None = None) -> AuditEvent:
     return AuditEvent.objects.create(
         decision=decision,
         action=action,
         actor=actor,
-        actor_role=user_role(actor) or "",
+        actor_role=user_role(actor, team_id=teams.team_id_of(decision)) or "",
         at=timezone.now(),
         details=json_safe(dict(details or {})),
     )
 
 
-def _require(user: Any, perm: str) -> None:
-    if not user.has_perm(perm):
-        raise PermissionDenied(f"needs permission {perm}")
+def _require(user: Any, perm: str, *, experiment: Experiment) -> None:
+    """PermissionDenied unless ``user`` holds ``perm`` in the team owning ``experiment`` (and so the decision)."""
+    if not teams.can(user, perm, team_id=teams.team_id_of(experiment)):
+        raise PermissionDenied(f"needs permission {perm} in the experiment's team")
 
 
 def _validate_arm(experiment: Experiment, proposal: str, arm: Arm | None) -> None:
@@ -166,7 +165,7 @@ def decision_create(
     """Draft a decision from ``experiment``; the gate is computed from ``comparison`` (the
     analysis summary; None = not measured yet) and the rollback plan pre-filled with the
     baseline's config and triggers from the evidence."""
-    _require(author, roles.DRAFT_DECISION)
+    _require(author, roles.DRAFT_DECISION, experiment=experiment)
     if proposal not in Decision.Proposal.values:
         raise DecisionError(f"unknown proposal {proposal!r}")
     _traffic_class_check(traffic_class)
@@ -211,7 +210,7 @@ def decision_update(
     *, decision: Decision, actor: Any, changes: Mapping[str, Any], comparison: Summary | None = None
 ) -> Decision:
     """Edit a draft (fields in ``EDITABLE_FIELDS``); recomputes the gate and checklist."""
-    _require(actor, roles.DRAFT_DECISION)
+    _require(actor, roles.DRAFT_DECISION, experiment=decision.experiment)
     decision = Decision.objects.select_for_update().get(pk=decision.pk)
     if decision.is_signed:
         raise FrozenDecisionError(f"decision #{decision.pk} is signed and archived: it cannot be edited")
@@ -264,7 +263,7 @@ def decision_submit_problems(*, decision: Decision) -> list[str]:
 @transaction.atomic
 def decision_submit(*, decision: Decision, actor: Any) -> Decision:
     """draft -> submitted, once the rationale, checklist and rollback plan are complete."""
-    _require(actor, roles.DRAFT_DECISION)
+    _require(actor, roles.DRAFT_DECISION, experiment=decision.experiment)
     decision = Decision.objects.select_for_update().get(pk=decision.pk)
     if decision.status != Decision.Status.DRAFT:
         raise DecisionError(f"decision #{decision.pk} is {decision.status}: only a draft can be submitted")
@@ -310,7 +309,7 @@ def decision_sign(
     gate criterion. Two approvers signing at once: the row lock (PostgreSQL) or the immediate
     write transaction (SQLite) lets one through; the other gets ``Conflict``.
     """
-    _require(signer, roles.SIGN_DECISION)
+    _require(signer, roles.SIGN_DECISION, experiment=decision.experiment)
     decision = Decision.objects.select_for_update().select_related("created_by").get(pk=decision.pk)
     if decision.is_signed:
         raise Conflict(_signed_already(decision))
@@ -333,7 +332,7 @@ def decision_sign(
                 decision=decision,
                 signer=signer,
                 signer_username=signer.get_username(),
-                signer_role=user_role(signer) or "",
+                signer_role=user_role(signer, team_id=teams.team_id_of(decision)) or "",
                 verdict=verdict,
                 comment=comment.strip(),
                 conditions=conditions.strip(),

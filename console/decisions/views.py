@@ -7,11 +7,11 @@ import json
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from console.accounts import roles
+from console.accounts import roles, teams
 from console.accounts.access import capability_required
 from console.analysis.comparison.schema import ComparisonSchemaError
 from console.decisions import export, pdf, selectors, services
@@ -36,13 +36,18 @@ def comparison_url(experiment_id: int) -> str:
     return f"/api/experiments/{experiment_id}/comparison"
 
 
-def _decision(pk: int) -> Decision:
-    return get_object_or_404(
-        Decision.objects.select_related(
-            "experiment__trace", "candidate_arm__config", "created_by", "supersedes"
-        ),
+def _decision(request: HttpRequest, pk: int) -> Decision:
+    """A decision of the user's teams (404 otherwise, another team's included)."""
+    return teams.visible_get(
+        Decision.objects.select_related("experiment__trace", "candidate_arm__config", "created_by", "supersedes"),
+        request.user,
         pk=pk,
+        what="decision",
     )
+
+
+def _may(request: HttpRequest, perm: str, decision: Decision) -> bool:
+    return teams.can(request.user, perm, team_id=decision.experiment.trace.team_id)
 
 
 DECISION_SORTS = {
@@ -56,15 +61,15 @@ DECISION_SORTS = {
 
 @require_safe
 def decision_list(request: HttpRequest):
-    open_decisions = selectors.decisions_list().filter(
+    open_decisions = selectors.decisions_list(user=request.user).filter(
         status__in=(Decision.Status.DRAFT, Decision.Status.SUBMITTED)
     )
     context = {
         "open_decisions": listing(request, open_decisions, sorts=DECISION_SORTS, default="-created"),
-        "recent_signed": selectors.decisions_list(archived_only=True)[:10],
+        "recent_signed": selectors.decisions_list(user=request.user, archived_only=True)[:10],
         "experiments": listing(
             request,
-            Experiment.objects.all(),
+            teams.visible(Experiment.objects.all(), request.user),
             sorts={"name": "name", "status": "status", "created": "created_at"},
             default="-created",
             per_page=10,
@@ -79,7 +84,7 @@ def decision_list(request: HttpRequest):
 @require_http_methods(["GET", "POST"])
 def decision_new(request: HttpRequest):
     if request.method == "POST":
-        form = DecisionCreateForm(request.POST)
+        form = DecisionCreateForm(request.POST, user=request.user)
         if form.is_valid():
             data = form.cleaned_data
             slice_policy = data.get("slice_policy")
@@ -111,13 +116,13 @@ def decision_new(request: HttpRequest):
         initial = {
             k: request.GET[k] for k in ("experiment", "supersedes") if request.GET.get(k, "").isdigit()
         }
-        form = DecisionCreateForm(initial=initial)
+        form = DecisionCreateForm(initial=initial, user=request.user)
     return render(request, "decisions/new.html", {"form": form})
 
 
 @require_safe
 def decision_detail(request: HttpRequest, pk: int):
-    return _detail_page(request, _decision(pk))
+    return _detail_page(request, _decision(request, pk))
 
 
 def _detail_page(
@@ -128,11 +133,11 @@ def _detail_page(
     signoff = getattr(decision, "signoff", None) if decision.is_signed else None
     sign_refusal = (
         selectors.decision_sign_refusal(decision=decision, user=request.user)
-        if decision.status == Decision.Status.SUBMITTED and request.user.has_perm(roles.SIGN_DECISION)
+        if decision.status == Decision.Status.SUBMITTED and _may(request, roles.SIGN_DECISION, decision)
         else None
     )
     can_sign = (
-        request.user.has_perm(roles.SIGN_DECISION)
+        _may(request, roles.SIGN_DECISION, decision)
         and decision.status == Decision.Status.SUBMITTED
         and sign_refusal is None
     )
@@ -152,7 +157,7 @@ def _detail_page(
         if decision.policy
         else "",
         "policy_link": site_path(decision.policy_ref),
-        "can_edit": request.user.has_perm(roles.DRAFT_DECISION) and decision.status == Decision.Status.DRAFT,
+        "can_edit": _may(request, roles.DRAFT_DECISION, decision) and decision.status == Decision.Status.DRAFT,
         "can_sign": can_sign,
         "sign_refusal": sign_refusal,
         "override_needed": [
@@ -163,6 +168,7 @@ def _detail_page(
         if decision.status == Decision.Status.DRAFT
         else [],
         "sign_form": sign_form or SignOffForm(),
+        **teams.capabilities_in(request.user, decision.experiment.trace.team_id),
     }
     return render(request, "decisions/detail.html", context, status=status)
 
@@ -170,7 +176,8 @@ def _detail_page(
 @capability_required(roles.DRAFT_DECISION)
 @require_http_methods(["GET", "POST"])
 def decision_edit(request: HttpRequest, pk: int):
-    decision = _decision(pk)
+    decision = _decision(request, pk)
+    teams.require(request.user, roles.DRAFT_DECISION, team_id=decision.experiment.trace.team_id, what="edit decisions")
     if decision.status != Decision.Status.DRAFT:
         messages.error(
             request, f"Decision #{decision.pk} is {decision.get_status_display()}: it cannot be edited."
@@ -200,7 +207,8 @@ def decision_edit(request: HttpRequest, pk: int):
                 return redirect("decisions:detail", pk=decision.pk)
     else:
         form = DecisionEditForm(initial=DecisionEditForm.initial_for(decision), decision=decision)
-    return render(request, "decisions/edit.html", {"decision": decision, "form": form})
+    context = {"decision": decision, "form": form}
+    return render(request, "decisions/edit.html", context | teams.capabilities_in(request.user, decision.experiment.trace.team_id))
 
 
 def _refuse_edit(decision: Decision) -> HttpResponse:
@@ -214,7 +222,8 @@ def _refuse_edit(decision: Decision) -> HttpResponse:
 @capability_required(roles.DRAFT_DECISION)
 @require_POST
 def decision_submit(request: HttpRequest, pk: int):
-    decision = _decision(pk)
+    decision = _decision(request, pk)
+    teams.require(request.user, roles.DRAFT_DECISION, team_id=decision.experiment.trace.team_id, what="submit decisions")
     try:
         services.decision_submit(decision=decision, actor=request.user)
     except services.DecisionError as exc:
@@ -227,7 +236,8 @@ def decision_submit(request: HttpRequest, pk: int):
 @capability_required(roles.SIGN_DECISION)
 @require_POST
 def decision_sign(request: HttpRequest, pk: int):
-    decision = _decision(pk)
+    decision = _decision(request, pk)
+    teams.require(request.user, roles.SIGN_DECISION, team_id=decision.experiment.trace.team_id, what="sign decisions")
     if decision.status == Decision.Status.SUBMITTED:
         # Separation of duties before the form: a participant is refused whatever they send.
         refusal = selectors.decision_sign_refusal(decision=decision, user=request.user)
@@ -256,7 +266,7 @@ def decision_sign(request: HttpRequest, pk: int):
 
 @require_safe
 def decision_export_markdown(request: HttpRequest, pk: int):
-    decision = _decision(pk)
+    decision = _decision(request, pk)
     body = export.decision_markdown(decision=decision)
     services.decision_export_record(decision=decision, actor=request.user, fmt="markdown")
     response = HttpResponse(body, content_type="text/markdown; charset=utf-8")
@@ -266,7 +276,7 @@ def decision_export_markdown(request: HttpRequest, pk: int):
 
 @require_safe
 def decision_export_pdf(request: HttpRequest, pk: int):
-    decision = _decision(pk)
+    decision = _decision(request, pk)
     body = pdf.decision_pdf(decision=decision)
     services.decision_export_record(decision=decision, actor=request.user, fmt="pdf")
     response = HttpResponse(body, content_type="application/pdf")
@@ -276,7 +286,7 @@ def decision_export_pdf(request: HttpRequest, pk: int):
 
 @require_safe
 def decision_bundle(request: HttpRequest, pk: int):
-    decision = _decision(pk)
+    decision = _decision(request, pk)
     body = selectors.decision_bundle_text(decision=decision)
     services.decision_export_record(decision=decision, actor=request.user, fmt="bundle")
     response = HttpResponse(body, content_type="application/json; charset=utf-8")
@@ -289,6 +299,7 @@ def archive_list(request: HttpRequest):
     form = ArchiveFilterForm(request.GET or None)
     filters = form.cleaned_data if form.is_valid() else {}
     archived = selectors.decisions_list(
+        user=request.user,
         model=filters.get("model") or None,
         status=filters.get("status") or None,
         date_from=filters.get("date_from"),

@@ -9,6 +9,8 @@ from django.core.management.base import CommandError
 
 DEMO_USERS = (("demo", "approver"), ("demo-engineer", "engineer"), ("demo-viewer", "viewer"))
 DEMO_PASSWORD = "specreview-demo"
+# The demo's team: its three users are its members, and it owns the demo trace and all made from it.
+DEMO_TEAM = "demo"
 
 # The default demo fits 15 minutes on a 2-core AVX2 laptop without native bf16, install and
 # model fetch included (README.md has the measured figure): the smallest target, its number

@@ -6,7 +6,7 @@ from __future__ import annotations
 from console.decisions.models import Decision
 from console.demo.budget import budget_lines, experiment_budget
 from console.demo.output import Say
-from console.demo.plan import DEMO_PASSWORD
+from console.demo.plan import DEMO_PASSWORD, DEMO_TEAM
 from console.experiments.models import Experiment
 from console.policies.models import SlicePolicy
 
@@ -35,5 +35,6 @@ def demo_report_print(
         say(f"decision: http://127.0.0.1:{port}/decisions/{decision.pk}/ ({decision.status})")
     say(
         f"log in as demo / {DEMO_PASSWORD} (approver: signs the decision); demo-engineer (drafts) and "
-        "demo-viewer (reads) have the same password"
+        f"demo-viewer (reads, no raw text) have the same password; all three are the team {DEMO_TEAM!r}, "
+        "which owns the demo's trace and everything made from it"
     )

@@ -9,10 +9,10 @@ from console.traces.models import Trace
 from console.traces.services import DEMO_TRACE_NAME, DEMO_TRACE_PATH, trace_import, trace_import_demo
 
 
-def demo_trace_import(*, uploaded_by, limit_requests: int | None) -> Trace:
-    """The whole demo trace, or a trace of its first ``limit_requests`` requests."""
+def demo_trace_import(*, uploaded_by, limit_requests: int | None, team=None) -> Trace:
+    """The whole demo trace, or a trace of its first ``limit_requests`` requests, owned by ``team``."""
     if not limit_requests:
-        return trace_import_demo(uploaded_by=uploaded_by).trace
+        return trace_import_demo(uploaded_by=uploaded_by, team=team).trace
     lines = Path(DEMO_TRACE_PATH).read_bytes().splitlines(keepends=True)[:limit_requests]
     return trace_import(
         file=io.BytesIO(b"".join(lines)),
@@ -20,4 +20,5 @@ def demo_trace_import(*, uploaded_by, limit_requests: int | None) -> Trace:
         uploaded_by=uploaded_by,
         filename=Path(DEMO_TRACE_PATH).name,
         seed=0,
+        team=team,
     ).trace

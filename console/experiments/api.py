@@ -14,7 +14,8 @@ from django.http import HttpRequest
 from ninja import Path, Router, Status
 from pydantic import Field
 
-from console.accounts.access import owner_or_approver_required
+from console.accounts import teams
+from console.accounts.access import act_required
 from console.accounts.roles import RUN_EXPERIMENT
 from console.apikit import LONG_TEXT, ApiError, Id, Open, Strict, access, errors, row_or_404, text
 from console.experiments.models import Experiment
@@ -223,7 +224,7 @@ def experiments_list(request: HttpRequest):
             "trace": e.trace_id,
             "created_at": e.created_at.isoformat(),
         }
-        for e in Experiment.objects.all()[:500]
+        for e in teams.visible(Experiment.objects.order_by("-created_at"), request.user)[:500]
     ]
 
 
@@ -237,9 +238,10 @@ def experiments_list(request: HttpRequest):
 def experiments_create(request: HttpRequest, payload: ExperimentIn):
     """Needs permission accounts.run_experiment. The schema checks shapes and bounds; the service
     checks the rest (engine arguments, speculative configs, load levels) and names the field."""
-    trace = Trace.objects.filter(pk=payload.trace).first()
-    if trace is None:
+    trace = teams.visible(Trace.objects.all(), request.user).filter(pk=payload.trace).first()
+    if trace is None:  # another team's trace included: its existence is not told
         raise ApiError(400, "field errors", details={"trace": [f"no trace with id {payload.trace}"]})
+    teams.require(request.user, RUN_EXPERIMENT, team_id=trace.team_id, what="run experiments on this trace")
     fields = payload.model_dump(exclude={"trace", "start"}, exclude_unset=True, mode="json")
     fields["candidates"] = [
         {k: v for k, v in c.model_dump(mode="json", exclude_none=True).items()} for c in payload.candidates
@@ -269,13 +271,17 @@ def experiments_create(request: HttpRequest, payload: ExperimentIn):
     response={200: ExperimentCancelOut, **errors(400, 404)},
     url_name="api-experiment-cancel",
     summary="Cancel: revoke queued runs and stop the running one",
-    **access(capability=RUN_EXPERIMENT),
+    **access(capability=RUN_EXPERIMENT, path_object=Experiment),
 )
 def experiment_cancel_api(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
     """Needs permission accounts.run_experiment, and to be the experiment's creator or an approver."""
-    experiment = row_or_404(Experiment.objects, id, what="experiment")
-    owner_or_approver_required(
-        user=request.user, owner_id=experiment.created_by_id, what=f"cancel experiment #{id}"
+    experiment = row_or_404(Experiment.objects.select_related("trace"), id, what="experiment", user=request.user)
+    act_required(
+        user=request.user,
+        capability=RUN_EXPERIMENT,
+        team_id=experiment.trace.team_id,
+        owner_id=experiment.created_by_id,
+        what=f"cancel experiment #{id}",
     )
     return {
         "cancelled": experiment_cancel(experiment=experiment),

@@ -5,6 +5,8 @@ import json
 from django import forms
 from django.utils.html import format_html
 
+from console.accounts import teams
+from console.accounts.roles import RUN_EXPERIMENT
 from console.jsonutil import strict_loads
 from console.traces.models import TRAFFIC_CLASSES, Trace
 
@@ -194,6 +196,13 @@ class ExperimentForm(forms.Form):
         "until_max_runs",
         "until_max_accelerator_hours",
     )
+
+    def __init__(self, *args, user=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Only traces of teams where the user may run experiments: another team's trace id is
+        # "not one of the available choices", whatever is posted.
+        owned = Trace.objects.filter(team_id__in=teams.team_ids(user, capability=RUN_EXPERIMENT))
+        self.fields["trace"].queryset = owned.order_by("-created_at")
 
     def until_decided_value(self) -> dict | None:
         """The ``until_decided`` option from the cleaned form (the service validates it)."""

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from console.accounts.access import capability_required, owner_or_approver_required
+from console.accounts import teams
+from console.accounts.access import act_required, capability_required
 from console.accounts.roles import RUN_EXPERIMENT
 from console.experiments.forms import ExperimentForm
 from console.experiments.models import Experiment, Run
@@ -24,7 +25,7 @@ from console.listing import listing
 def experiment_list(request):
     experiments = listing(
         request,
-        Experiment.objects.select_related("trace", "created_by").prefetch_related("arms"),
+        teams.visible(Experiment.objects.select_related("trace__team", "created_by").prefetch_related("arms"), request.user),
         sorts={
             "name": "name",
             "status": "status",
@@ -40,7 +41,7 @@ def experiment_list(request):
 @capability_required(RUN_EXPERIMENT)
 @require_http_methods(["GET", "POST"])
 def experiment_new(request):
-    form = ExperimentForm(request.POST or None, initial={"trace": request.GET.get("trace")})
+    form = ExperimentForm(request.POST or None, initial={"trace": request.GET.get("trace")}, user=request.user)
     if request.method == "POST" and form.is_valid():
         data = dict(form.cleaned_data)
         start_now = data.pop("start_now")
@@ -68,7 +69,7 @@ def experiment_new(request):
 
 @require_safe
 def experiment_detail(request, pk: int):
-    experiment = get_object_or_404(Experiment.objects.select_related("trace", "created_by"), pk=pk)
+    experiment = teams.visible_get(Experiment.objects.select_related("trace", "created_by"), request.user, pk=pk)
     # The fit-assessment block is filled in by the analysis app's ``experiment_fit`` tag.
     return render(request, "experiments/detail.html", _detail_context(experiment, request))
 
@@ -76,7 +77,7 @@ def experiment_detail(request, pk: int):
 @require_safe
 def experiment_live(request, pk: int):
     """The part of the page htmx refreshes every 2 s while runs are going."""
-    experiment = get_object_or_404(Experiment, pk=pk)
+    experiment = teams.visible_get(Experiment.objects.select_related("trace"), request.user, pk=pk)
     return render(request, "experiments/_live.html", _detail_context(experiment, request))
 
 
@@ -115,15 +116,20 @@ def _detail_context(experiment: Experiment, request) -> dict:
         "live": experiment.status in ("running",),
         "failed_runs": [r for r in runs if r.status == Run.Status.FAILED],
         "until": experiment_until_decided(experiment=experiment),
+        **teams.capabilities_in(request.user, experiment.trace.team_id),
     }
 
 
 @capability_required(RUN_EXPERIMENT)
 @require_POST
 def experiment_start_view(request, pk: int):
-    experiment = get_object_or_404(Experiment, pk=pk)
-    owner_or_approver_required(
-        user=request.user, owner_id=experiment.created_by_id, what=f"start experiment #{pk}"
+    experiment = teams.visible_get(Experiment.objects.select_related("trace"), request.user, pk=pk)
+    act_required(
+        user=request.user,
+        capability=RUN_EXPERIMENT,
+        team_id=experiment.trace.team_id,
+        owner_id=experiment.created_by_id,
+        what=f"start experiment #{pk}",
     )
     n = experiment_start(experiment=experiment)
     messages.info(request, f"Queued {n} runs." if n else "This experiment has already started.")
@@ -133,9 +139,13 @@ def experiment_start_view(request, pk: int):
 @capability_required(RUN_EXPERIMENT)
 @require_POST
 def experiment_cancel_view(request, pk: int):
-    experiment = get_object_or_404(Experiment, pk=pk)
-    owner_or_approver_required(
-        user=request.user, owner_id=experiment.created_by_id, what=f"cancel experiment #{pk}"
+    experiment = teams.visible_get(Experiment.objects.select_related("trace"), request.user, pk=pk)
+    act_required(
+        user=request.user,
+        capability=RUN_EXPERIMENT,
+        team_id=experiment.trace.team_id,
+        owner_id=experiment.created_by_id,
+        what=f"cancel experiment #{pk}",
     )
     result = experiment_cancel(experiment=experiment)
     messages.info(
@@ -148,9 +158,15 @@ def experiment_cancel_view(request, pk: int):
 @capability_required(RUN_EXPERIMENT)
 @require_POST
 def run_retry_view(request, pk: int, run_pk: int):
-    run = get_object_or_404(Run.objects.select_related("experiment"), pk=run_pk, experiment_id=pk)
-    owner_or_approver_required(
-        user=request.user, owner_id=run.experiment.created_by_id, what=f"retry runs of experiment #{pk}"
+    run = teams.visible_get(
+        Run.objects.select_related("experiment__trace"), request.user, pk=run_pk, experiment_id=pk
+    )
+    act_required(
+        user=request.user,
+        capability=RUN_EXPERIMENT,
+        team_id=run.experiment.trace.team_id,
+        owner_id=run.experiment.created_by_id,
+        what=f"retry runs of experiment #{pk}",
     )
     if run_retry(run=run):
         messages.info(request, f"Run {run.pk} queued again; its old results will be replaced.")
@@ -164,7 +180,10 @@ def run_retry_view(request, pk: int, run_pk: int):
 @capability_required(RUN_EXPERIMENT)
 @require_POST
 def experiment_clone_view(request, pk: int):
-    experiment = get_object_or_404(Experiment, pk=pk)
+    experiment = teams.visible_get(Experiment.objects.select_related("trace"), request.user, pk=pk)
+    act_required(
+        user=request.user, capability=RUN_EXPERIMENT, team_id=experiment.trace.team_id, what="clone experiments"
+    )
     try:
         clone = experiment_clone(experiment=experiment, created_by=request.user)
     except ExperimentInvalid as exc:

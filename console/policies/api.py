@@ -99,7 +99,7 @@ def _downloads(pk: int) -> dict[str, str]:
 def policy_deployment_api(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
     """409 when the policy cannot be deployed (an arm it routes to is gone, a stored value cannot
     be put on a vLLM command line); the error says which."""
-    item = row_or_404(SlicePolicy.objects.select_related("experiment"), id, what="policy")
+    item = row_or_404(SlicePolicy.objects.select_related("experiment"), id, what="policy", user=request.user)
     try:
         return deploy.deployment_document(policy_deployment(policy=item))
     except deploy.DeployError as exc:
@@ -122,7 +122,7 @@ def experiment_schedule_api(request: HttpRequest, id: Path[Id]):  # type: ignore
     """``speculative_config`` is null when nothing should be enabled or nothing can be derived
     (``reason`` says which: no comparison yet, no load better than the baseline beyond the noise
     floor, batch size not measured). ``bands`` and ``loads`` carry the evidence."""
-    experiment = row_or_404(Experiment.objects, id, what="experiment")
+    experiment = row_or_404(Experiment.objects, id, what="experiment", user=request.user)
     return schedule_page.schedule_document(schedule_page.experiment_schedule(experiment=experiment))
 
 
@@ -133,7 +133,7 @@ def experiment_schedule_api(request: HttpRequest, id: Path[Id]):  # type: ignore
     summary="A slice policy: its rules, train and holdout scores",
 )
 def policy(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
-    item = row_or_404(SlicePolicy.objects.select_related("created_by"), id, what="policy")
+    item = row_or_404(SlicePolicy.objects.select_related("created_by"), id, what="policy", user=request.user)
     return _detail(item)
 
 
@@ -152,14 +152,14 @@ def _detail(item: SlicePolicy) -> dict[str, Any]:
     response={201: PolicyDetailOut, **errors(400, 404)},
     url_name="api-policy-adopt",
     summary="Store the simpler rule a policy's holdout preferred as a new policy",
-    **access(capability=RUN_EXPERIMENT),
+    **access(capability=RUN_EXPERIMENT, path_object=SlicePolicy),
 )
 def policy_adopt_api(request: HttpRequest, id: Path[Id], payload: PolicyAdoptIn):  # type: ignore[valid-type]
     """Needs permission accounts.run_experiment. ``alternative``: one the policy scored on its
     holdout (its ``holdout_warning.alternative``, or any key of ``holdout_scores.alternatives``);
     a 400 names the field otherwise. The new policy was chosen by looking at this holdout: its
     holdout score is no independent check (``fit_details.adopted`` says where it came from)."""
-    item = row_or_404(SlicePolicy.objects.select_related("experiment"), id, what="policy")
+    item = row_or_404(SlicePolicy.objects.select_related("experiment"), id, what="policy", user=request.user)
     try:
         adopted = policy_adopt(policy=item, alternative=payload.alternative, created_by=request.user)
     except PolicyInputError as exc:
@@ -193,5 +193,5 @@ def policy_fit_api(request: HttpRequest, payload: PolicyFitIn):
 )
 def policies(request: HttpRequest, experiment: int | None = Query(None, ge=1, le=MAX_ID)):
     """404 when ``experiment`` names no experiment."""
-    chosen = None if experiment is None else row_or_404(Experiment.objects, experiment, what="experiment")
-    return [policy_export(policy=p) for p in policy_list(experiment=chosen)[:500]]
+    chosen = None if experiment is None else row_or_404(Experiment.objects, experiment, what="experiment", user=request.user)
+    return [policy_export(policy=p) for p in policy_list(user=request.user, experiment=chosen)[:500]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from console.accounts import teams
 from console.experiments.models import Experiment
 from console.policies import features as policy_features
 from console.policies.forms import ALL_LOADS, PolicyFitForm
@@ -38,7 +39,8 @@ def policy_fit_checked(*, fields: Mapping[str, Any], created_by: Any) -> SlicePo
     """Fit the policy ``fields`` ask for (``experiment`` by id; the rest as the fit form names
     them). Raises :class:`PolicyFitRefused` with the field errors, never a 500."""
     pk = fields.get("experiment")
-    experiment = Experiment.objects.filter(pk=pk).first() if isinstance(pk, int) else None
+    mine = teams.visible(Experiment.objects.select_related("trace"), created_by)  # another team's: "no experiment"
+    experiment = mine.filter(pk=pk).first() if isinstance(pk, int) else None
     if experiment is None:
         raise PolicyFitRefused("field errors", {"experiment": [f"no experiment with id {fields.get('experiment')}"]})
     blank = PolicyFitForm(experiment=experiment)

@@ -37,6 +37,8 @@ class PolicyFitForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.choices = experiment_fit_choices(experiment=experiment)
         self.fields["experiment"].initial = experiment.pk
+        # the one experiment the view found among the user's teams', whatever else is posted
+        self.fields["experiment"].queryset = Experiment.objects.filter(pk=experiment.pk)  # type: ignore[attr-defined]
         arms_field: forms.MultipleChoiceField = self.fields["arms"]  # type: ignore[assignment]
         load_field: forms.ChoiceField = self.fields["load"]  # type: ignore[assignment]
         arms_field.choices = [(a, a) for a in self.choices["candidates"]]

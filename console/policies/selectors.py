@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 from django.db.models import QuerySet
 
+from console.accounts import teams
 from console.analysis.metrics import requests_derive
 from console.analysis.quality import quality_flags
 from console.analysis.selectors import experiment_finished_runs, experiment_sweeps
@@ -110,8 +111,9 @@ def policy_inputs(*, experiment: Experiment, arms: list[str] | None, load: str |
     )
 
 
-def policy_list(*, experiment: Experiment | None = None) -> QuerySet[SlicePolicy]:
-    qs = SlicePolicy.objects.select_related("experiment", "created_by")
+def policy_list(*, user: Any, experiment: Experiment | None = None) -> QuerySet[SlicePolicy]:
+    """The policies of the user's teams (of ``experiment`` when given)."""
+    qs = teams.visible(SlicePolicy.objects.select_related("experiment", "created_by"), user)
     return qs.filter(experiment=experiment) if experiment is not None else qs
 
 

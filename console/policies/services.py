@@ -13,7 +13,7 @@ import pandas as pd
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
-from console.accounts import roles
+from console.accounts import roles, teams
 from console.experiments.models import Experiment
 from console.jsonutil import json_safe
 from console.policies import alternatives as policy_alternatives
@@ -46,8 +46,8 @@ def policy_fit(
     baseline). ``min_support``: requests per slice (train). Fitted on the trace's train split
     only; scored on its holdout split.
     """
-    if created_by is None or not created_by.has_perm(roles.RUN_EXPERIMENT):
-        raise PermissionDenied(f"needs permission {roles.RUN_EXPERIMENT}")
+    if created_by is None or not teams.can(created_by, roles.RUN_EXPERIMENT, team_id=experiment.trace.team_id):
+        raise PermissionDenied(f"needs permission {roles.RUN_EXPERIMENT} in the experiment's team")
     names = policy_features.features_validate(features)
     _options_check(metric=metric, min_support=min_support, ci=ci)
     inputs = policy_inputs(experiment=experiment, arms=list(arms) if arms is not None else None, load=load)
@@ -142,8 +142,9 @@ def policy_adopt(*, policy: SlicePolicy, alternative: str, created_by: Any) -> S
     and parameters, scored like a fitted one. It was chosen by looking at ``policy``'s holdout, so
     its ``fit_details["adopted"]`` says so and the page warns that its holdout score is no
     independent check. Raises ``PolicyInputError`` for an alternative ``policy`` did not score."""
-    if created_by is None or not created_by.has_perm(roles.RUN_EXPERIMENT):
-        raise PermissionDenied(f"needs permission {roles.RUN_EXPERIMENT}")
+    team_id = policy.experiment.trace.team_id
+    if created_by is None or not teams.can(created_by, roles.RUN_EXPERIMENT, team_id=team_id):
+        raise PermissionDenied(f"needs permission {roles.RUN_EXPERIMENT} in the policy's team")
     if policy.metric not in policy_pairs.METRICS:
         raise PolicyInputError(f"the policy's metric {policy.metric!r} is no longer one the console fits")
     scored = {a.get("key"): a for a in (policy.holdout_scores or {}).get("alternatives") or []}

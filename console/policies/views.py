@@ -5,10 +5,11 @@ import json
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from console import numbers
+from console.accounts import teams
 from console.accounts.access import capability_required
 from console.accounts.roles import RUN_EXPERIMENT
 from console.analysis.plots import fig_html
@@ -33,18 +34,18 @@ from console.policies.services import policy_adopt, policy_fit
 from console.words import metric_words
 
 
-def _experiment_from(value: str | None) -> Experiment | None:
+def _experiment_from(request, value: str | None) -> Experiment | None:
     if not value:
         return None
     try:
-        return get_object_or_404(Experiment, pk=int(value))
+        return teams.visible_get(Experiment.objects.select_related("trace"), request.user, pk=int(value))
     except ValueError:
         raise Http404("no such experiment") from None
 
 
 @require_safe
 def policy_list_view(request):
-    experiment = _experiment_from(request.GET.get("experiment"))
+    experiment = _experiment_from(request, request.GET.get("experiment"))
     return render(
         request,
         "policies/list.html",
@@ -52,7 +53,7 @@ def policy_list_view(request):
             "experiment": experiment,
             "policies": listing(
                 request,
-                policy_list(experiment=experiment),
+                policy_list(user=request.user, experiment=experiment),
                 sorts={
                     "id": "pk",
                     "experiment": "experiment__name",
@@ -69,13 +70,13 @@ def policy_list_view(request):
 @capability_required(RUN_EXPERIMENT)
 @require_http_methods(["GET", "POST"])
 def policy_new(request):
-    experiment = _experiment_from(request.POST.get("experiment") or request.GET.get("experiment"))
+    experiment = _experiment_from(request, request.POST.get("experiment") or request.GET.get("experiment"))
     if experiment is None:
-        return render(
-            request,
-            "policies/new.html",
-            {"experiments": Experiment.objects.filter(status=Experiment.Status.DONE)[:200]},
+        done = Experiment.objects.filter(
+            status=Experiment.Status.DONE, trace__team_id__in=teams.team_ids(request.user, capability=RUN_EXPERIMENT)
         )
+        return render(request, "policies/new.html", {"experiments": done[:200]})
+    teams.require(request.user, RUN_EXPERIMENT, team_id=experiment.trace.team_id, what="fit policies")
     form = PolicyFitForm(request.POST or None, experiment=experiment)
     if request.method == "POST" and form.is_valid():
         try:
@@ -92,7 +93,9 @@ def policy_new(request):
 
 @require_safe
 def policy_detail(request, pk: int):
-    policy = get_object_or_404(SlicePolicy.objects.select_related("experiment", "created_by"), pk=pk)
+    policy = teams.visible_get(
+        SlicePolicy.objects.select_related("experiment__trace", "created_by"), request.user, pk=pk
+    )
     page = policy_page(policy=policy)
     train, holdout = policy.train_scores or {}, policy.holdout_scores or {}
     summary_rows = [
@@ -162,7 +165,7 @@ def policy_detail(request, pk: int):
             "n_considered": page["n_considered"],
             "undecided": page["undecided"],
             "holdout_view": policy_holdout(policy=policy),
-            "can_fit": request.user.has_perm(RUN_EXPERIMENT),
+            "can_fit": teams.can(request.user, RUN_EXPERIMENT, team_id=policy.experiment.trace.team_id),
             "pools": deploy.serve_lines(deployment) if deployment else [],
             "routing": deployment,
             "routing_table": deployment.table[:200] if deployment else [],
@@ -176,7 +179,8 @@ def policy_detail(request, pk: int):
 def policy_adopt_view(request, pk: int):
     """The holdout warning's offer: store the simpler rule the holdout preferred (``alternative``,
     e.g. ``all_on:<arm>``) as a new policy. 400 naming the field for one this policy did not score."""
-    policy = get_object_or_404(SlicePolicy.objects.select_related("experiment"), pk=pk)
+    policy = teams.visible_get(SlicePolicy.objects.select_related("experiment__trace"), request.user, pk=pk)
+    teams.require(request.user, RUN_EXPERIMENT, team_id=policy.experiment.trace.team_id, what="adopt policies")
     alternative = request.POST.get("alternative", "")
     if not alternative or len(alternative) > 300 or "\x00" in alternative:
         return HttpResponse(
@@ -197,7 +201,7 @@ def policy_adopt_view(request, pk: int):
 
 @require_safe
 def policy_rules_json(request, pk: int):
-    policy = get_object_or_404(SlicePolicy, pk=pk)
+    policy = teams.visible_get(SlicePolicy, request.user, pk=pk)
     response = HttpResponse(canonical_json(policy.rules), content_type="application/json; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="slice-policy-{policy.pk}.json"'
     response["X-Content-SHA256"] = policy.rules_sha256
@@ -225,7 +229,7 @@ def _download(body: str, *, content_type: str, filename: str, policy: SlicePolic
 @require_safe
 def policy_serve_sh(request, pk: int):
     """One ``vllm serve`` line per pool the rules need (shell-quoted)."""
-    policy = get_object_or_404(SlicePolicy.objects.select_related("experiment"), pk=pk)
+    policy = teams.visible_get(SlicePolicy.objects.select_related("experiment"), request.user, pk=pk)
     deployment = _deployment_or_409(policy)
     if isinstance(deployment, HttpResponse):
         return deployment
@@ -240,7 +244,7 @@ def policy_serve_sh(request, pk: int):
 @require_safe
 def policy_router_yaml(request, pk: int):
     """The LiteLLM proxy config: one tagged deployment per pool (docs/policies.md)."""
-    policy = get_object_or_404(SlicePolicy.objects.select_related("experiment"), pk=pk)
+    policy = teams.visible_get(SlicePolicy.objects.select_related("experiment"), request.user, pk=pk)
     deployment = _deployment_or_409(policy)
     if isinstance(deployment, HttpResponse):
         return deployment
@@ -255,7 +259,7 @@ def policy_router_yaml(request, pk: int):
 @require_safe
 def experiment_schedule_view(request, pk: int):
     """The experiment's draft length by batch size: the schedule, its chart and its evidence."""
-    experiment = get_object_or_404(Experiment, pk=pk)
+    experiment = teams.visible_get(Experiment, request.user, pk=pk)
     view = schedule_page.experiment_schedule(experiment=experiment)
     context: dict = {"experiment": experiment, "view": view, "s": view.schedule, "naive": view.naive}
     if view.schedule is not None:
@@ -274,7 +278,7 @@ def experiment_schedule_view(request, pk: int):
 @require_safe
 def experiment_schedule_json(request, pk: int):
     """The schedule as JSON: the speculative_config to give vLLM and the evidence behind each band."""
-    experiment = get_object_or_404(Experiment, pk=pk)
+    experiment = teams.visible_get(Experiment, request.user, pk=pk)
     document = schedule_page.schedule_document(schedule_page.experiment_schedule(experiment=experiment))
     response = HttpResponse(json.dumps(document, indent=2), content_type="application/json; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="experiment-{experiment.pk}-batch-schedule.json"'

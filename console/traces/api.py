@@ -8,10 +8,11 @@ from typing import Any, Literal
 from django.http import HttpRequest
 from ninja import File, Form, Path, Query, Router, Status, UploadedFile
 
+from console.accounts import teams
 from console.accounts.access import raw_text_allowed
 from console.accounts.roles import UPLOAD_TRACE
 from console.accounts.services import raw_text_access_record
-from console.apikit import ApiError, Id, Open, access, errors, text
+from console.apikit import ApiError, Id, Open, access, errors, row_or_404, text
 from console.traces import selectors
 from console.traces.errors import TraceImportError
 from console.traces.models import Trace
@@ -78,16 +79,13 @@ class TraceRequestsOut(Open):
     requests: list[TraceRequestOut]
 
 
-def _trace(pk: int) -> Trace:
-    try:
-        return selectors.trace_get(pk=pk)
-    except Trace.DoesNotExist:
-        raise ApiError(404, f"no trace {pk}") from None
+def _trace(request: HttpRequest, pk: int) -> Trace:
+    return row_or_404(Trace.objects.select_related("uploaded_by", "team"), pk, what="trace", user=request.user)
 
 
 @router.get("/traces", response={200: TraceListOut, **errors()}, url_name="traces-api", summary="List traces")
 def traces_list(request: HttpRequest):
-    return {"traces": [selectors.trace_as_dict(t) for t in selectors.trace_list()[:500]]}
+    return {"traces": [selectors.trace_as_dict(t) for t in selectors.trace_list(user=request.user)[:500]]}
 
 
 @router.post(
@@ -127,10 +125,17 @@ def traces_upload(
     redact_patterns: text(MAX_PATTERNS * (MAX_PATTERN_CHARS + 40)) = Form(  # type: ignore[valid-type]
         "", description="with redact: your own NAME=REGEX patterns, one a line"
     ),
+    team: text(64) = Form(  # type: ignore[valid-type]
+        "", description="the owning team's name or id; default: the token's team, or your one team"
+    ),
 ):
     """Needs permission accounts.upload_trace. The size limit (SPECREVIEW_TRACE_MAX_BYTES) is checked
     against Content-Length before the body is read, and again while it streams in: 413. A gzip file of
     any format is read through the compression, the limit applying to the decompressed bytes."""
+    try:
+        owner = teams.team_for_new(request.user, UPLOAD_TRACE, team=team or None)
+    except ValueError as exc:
+        raise ApiError(400, f"team: {exc}") from None
     try:
         mapping = field_mapping_parse(
             prompt_field=prompt_field,
@@ -157,6 +162,7 @@ def traces_upload(
             think_time=think_time or None,
             redact=redact,
             redact_patterns=redact_patterns,
+            team=owner,
         )
     except TraceImportError as exc:
         raise ApiError(400, f"invalid trace: {exc}", details=exc.as_dict()) from None
@@ -175,7 +181,7 @@ def traces_upload(
     summary="One trace: summary, warnings, pairing",
 )
 def trace_detail(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
-    return selectors.trace_as_dict(_trace(id), detail=True)
+    return selectors.trace_as_dict(_trace(request, id), detail=True)
 
 
 @router.get(
@@ -191,9 +197,9 @@ def trace_requests(
     offset: int = Query(0, ge=0, le=2**31 - 1),
     limit: int = Query(500, ge=1, le=5000),
 ):
-    trace = _trace(id)
+    trace = _trace(request, id)
     qs = selectors.trace_requests(trace=trace, split=split)
-    raw_text = raw_text_allowed(user=request.user)
+    raw_text = raw_text_allowed(user=request.user, team_id=trace.team_id)
     rows = [selectors.trace_request_as_dict(r, raw_text=raw_text) for r in qs[offset : offset + limit]]
     if raw_text and rows:
         raw_text_access_record(user=request.user, view="trace requests API", object_ref=f"trace {trace.pk}")

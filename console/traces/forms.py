@@ -5,6 +5,9 @@ from __future__ import annotations
 from django import forms
 from django.conf import settings
 
+from console.accounts import teams
+from console.accounts.models import Team
+from console.accounts.roles import UPLOAD_TRACE
 from console.traces.arrivals import ArrivalSpecError, arrival_spec_parse
 from console.traces.errors import TraceImportError
 from console.traces.parsers import FORMAT_CHOICES
@@ -19,7 +22,18 @@ from console.traces.selectors import pairing_pool_choices
 from console.traces.sessions import ThinkTimeSpecError, think_time_spec_parse
 
 
+def redaction_patterns_checked(value: str) -> str:
+    """``value`` when the import's parser takes its ``NAME=REGEX`` lines, else a form error saying why
+    (the upload form's own patterns, and a team's on the admin site)."""
+    try:
+        patterns_parse(value)
+    except RedactionError as exc:
+        raise forms.ValidationError(str(exc)) from None
+    return value
+
+
 class TraceUploadForm(forms.Form):
+    field_order = ["file", "team", "name"]  # the rest in the order declared
     file = forms.FileField(help_text="JSONL, JSON or CSV; docs/trace-format.md lists every accepted format.")
     name = forms.CharField(max_length=200, required=False, help_text="Defaults to the file name.")
     source_format = forms.ChoiceField(
@@ -125,12 +139,28 @@ class TraceUploadForm(forms.Form):
         help_text="With redaction: one NAME=REGEX a line (EMPLOYEE=EMP-\\d{6}), replaced by [NAME_1].",
     )
 
-    def __init__(self, *args, **kwargs):
+    team = forms.ModelChoiceField(
+        label="Team",
+        queryset=Team.objects.none(),
+        required=False,  # clean_team: the user's one team when they have one
+        help_text="Who owns the trace and everything made from it; only its members see them.",
+    )
+
+    def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
+        own = teams.teams_where(user, UPLOAD_TRACE)
+        self.fields["team"].queryset = own
+        if len(own) == 1:
+            self.fields["team"].initial = own[0]
         self.fields["pair_with"].choices = [
             ("", "none: the file has its own prompts")
-        ] + pairing_pool_choices()
+        ] + pairing_pool_choices(user=user)
         self.fields["default_max_tokens"].max_value = settings.SPECREVIEW_MAX_TOKENS_CEILING
+
+    def clean_team(self) -> Team:
+        return teams.team_or_only_one(
+            self.cleaned_data.get("team"), self.fields["team"], what="own the trace"
+        )
 
     def clean_arrival(self) -> str:
         value = self.cleaned_data["arrival"].strip()
@@ -181,12 +211,7 @@ class TraceUploadForm(forms.Form):
         return [self[name] for name in self.REDACTION_FIELDS]
 
     def clean_redact_patterns(self) -> str:
-        value = self.cleaned_data["redact_patterns"]
-        try:
-            patterns_parse(value)
-        except RedactionError as exc:
-            raise forms.ValidationError(str(exc)) from None
-        return value
+        return redaction_patterns_checked(self.cleaned_data["redact_patterns"])
 
     def mapping_fields(self) -> list:
         """The field mapping for prompt sets in any layout, shown together."""

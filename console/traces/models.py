@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from console.accounts.teams import team_default
+
 TRAFFIC_CLASSES = ("interactive", "batch")
 SPLITS = ("train", "holdout")
 # Trace.metadata key set when retention purged the trace's raw text (console/analysis/retention.py).
@@ -44,6 +46,8 @@ class Trace(models.Model):
     summary = models.JSONField(default=dict, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    # The owner of the trace and of everything made from it (console/accounts/teams.py).
+    team = models.ForeignKey("accounts.Team", on_delete=models.PROTECT, related_name="traces")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -51,6 +55,11 @@ class Trace(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.request_count} requests)"
+
+    def save(self, *args, **kwargs) -> None:
+        if self.team_id is None:  # made by a command or a script that named no team
+            self.team = team_default()
+        super().save(*args, **kwargs)
 
     @property
     def is_paired(self) -> bool:

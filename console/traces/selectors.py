@@ -12,6 +12,7 @@ from django.core.cache import cache
 from django.db.models import Avg, Count, Max, Min, Q, QuerySet
 from django.db.models.functions import Mod
 
+from console.accounts import teams
 from console.accounts.access import raw_text_shown
 from console.figures import figure_html
 from console.traces.models import Trace, TraceRequest
@@ -21,13 +22,14 @@ from console.traces.redaction import redaction_sentence
 FIGURE_SAMPLE = 200_000  # rows read for the histograms; larger traces are sampled evenly by position
 
 
-def trace_list() -> QuerySet[Trace]:
-    return Trace.objects.select_related("uploaded_by").order_by("-created_at")
+def trace_list(*, user: Any) -> QuerySet[Trace]:
+    """The traces of the user's teams, newest first."""
+    return teams.visible(Trace.objects.select_related("uploaded_by", "team"), user).order_by("-created_at")
 
 
-def trace_get(*, pk: int) -> Trace:
-    """One trace (raises ``Trace.DoesNotExist``)."""
-    return Trace.objects.select_related("uploaded_by").get(pk=pk)
+def trace_get(*, user: Any, pk: int) -> Trace:
+    """One trace of the user's teams (Http404 otherwise, another team's included)."""
+    return teams.visible_get(Trace.objects.select_related("uploaded_by", "team"), user, pk=pk, what="trace")
 
 
 def trace_requests(*, trace: Trace, split: str | None = None) -> QuerySet[TraceRequest]:
@@ -202,10 +204,11 @@ def trace_redaction(*, trace: Trace) -> dict[str, Any] | None:
     }
 
 
-def pairing_pool_choices() -> list[tuple[str, str]]:
-    """Choices for the upload form: stored traces with real content, then prompt files in the shared data."""
+def pairing_pool_choices(*, user: Any) -> list[tuple[str, str]]:
+    """Choices for the upload form: the user's teams' stored traces with real content (a trace pairs
+    only with its own team's), then prompt files in the shared data."""
     choices: list[tuple[str, str]] = []
-    for t in Trace.objects.filter(paired_with="").order_by("-created_at")[:50]:
+    for t in trace_list(user=user).filter(paired_with="")[:50]:
         if trace_content_kind(trace=t) != TIMING:
             choices.append((f"trace:{t.pk}", f"trace {t.pk}: {t.name} ({t.request_count} prompts)"))
     root = settings.SPECREVIEW_SHARED_DATA / "prompts"
@@ -235,6 +238,7 @@ def trace_as_dict(trace: Trace, *, detail: bool = False) -> dict[str, Any]:
         "created_at": trace.created_at.isoformat(),
         "uploaded_by": trace.uploaded_by.username if trace.uploaded_by else None,
         "url": f"/traces/{trace.pk}/",
+        "team": trace.team.name,
     }
     if detail:
         data["warnings"] = trace.warnings

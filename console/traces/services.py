@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import ProtectedError
 
+from console.accounts.teams import team_default
 from console.traces.arrivals import ArrivalSpec
 from console.traces.compression import inner_filename
 from console.traces.errors import TraceError, TraceImportError
@@ -85,6 +86,7 @@ def trace_import(
     think_time: str | None = None,
     redact: bool = False,
     redact_patterns: str = "",
+    team: Any | None = None,
 ) -> TraceImportResult:
     """Import a trace file in one transaction; raise ``TraceImportError`` (nothing stored) on bad input.
 
@@ -101,11 +103,14 @@ def trace_import(
     that give none. ``redact``: replace e-mail addresses, phone and card numbers, keys and IP
     addresses (and the ``NAME=REGEX`` lines of ``redact_patterns``) by typed placeholders before
     anything is stored (console/traces/redaction.py); the trace's hash is then the redacted text's.
+    ``team``: the owner (a ``Team``; None: the installation's default team); the same file is
+    recognised, and stored traces are paired with or borrowed from, within that team only.
 
     Long because: the signature is the import's public options (pages, API, CLI, demo); the body is
     the steps in order, one call each.
     """
     file = file_unwrapped(file)
+    team = team or team_default()
     filename = filename or Path(str(getattr(file, "name", "") or "upload")).name
     max_bytes = max_bytes or settings.SPECREVIEW_TRACE_MAX_BYTES
     # TraceRequest.max_tokens is a 32-bit column, whatever the configured ceiling says
@@ -139,19 +144,25 @@ def trace_import(
         mapping=mapping,
         turns=turns,
         think_time=think,
-        redactor=trace_redactor(redact=redact, patterns=redact_patterns),
+        redactor=trace_redactor(redact=redact, patterns=redact_patterns, team=team),
     )
     recorded = import_options_record(options, pair_with=pair_with)
     key = import_key(upload.sha256, recorded)
     # A trace whose raw text retention purged is no copy of the file any more: import it anew.
-    existing = Trace.objects.filter(import_key=key).exclude(metadata__has_key=RAW_TEXT_PURGED_KEY).first()
+    existing = (
+        Trace.objects.filter(import_key=key, team=team).exclude(metadata__has_key=RAW_TEXT_PURGED_KEY).first()
+    )
     if existing is not None:
         return TraceImportResult(existing, False, f"This file was already imported as trace {existing.pk}.")
-    options = _sources_resolve(options, pair_with=pair_with, max_bytes=max_bytes, allow_paths=allow_paths)
+    options = _sources_resolve(
+        options, pair_with=pair_with, max_bytes=max_bytes, allow_paths=allow_paths, team_id=team.pk
+    )
     builder = TraceBuilder(upload.file, filename=upload.filename, options=options)
     try:
         with transaction.atomic():
-            trace = _trace_create(upload, name=name, options=options, import_key=key, uploaded_by=uploaded_by)
+            trace = _trace_create(
+                upload, name=name, options=options, import_key=key, uploaded_by=uploaded_by, team=team
+            )
             _requests_store(trace, builder)
             _trace_summarise(trace, builder, recorded=recorded, decompressed_size=upload.decompressed_size)
     except _SameContent as same_content:
@@ -189,7 +200,7 @@ def _upload_read(
 
 
 def _sources_resolve(
-    options: ImportOptions, *, pair_with: str | None, max_bytes: int, allow_paths: bool
+    options: ImportOptions, *, pair_with: str | None, max_bytes: int, allow_paths: bool, team_id: int
 ) -> ImportOptions:
     """The options with the sources they name loaded: the prompt pool a timing trace is paired with,
     and the arrivals (seconds) a ``borrow:`` process takes, its spec then naming where they came from."""
@@ -211,16 +222,19 @@ def _sources_resolve(
             token_counter=options.token_counter,
             max_bytes=max_bytes,
             allow_paths=allow_paths,
+            team_id=team_id,
         )
     spec, borrowed = options.arrival, None
     if spec is not None and spec.kind == "borrow":
-        borrowed, label = borrowed_arrivals_load(spec.source, max_bytes=max_bytes, allow_paths=allow_paths)
+        borrowed, label = borrowed_arrivals_load(
+            spec.source, max_bytes=max_bytes, allow_paths=allow_paths, team_id=team_id
+        )
         spec = ArrivalSpec("borrow", source=label)
     return replace(options, pool=pool, arrival=spec, borrowed_arrivals=borrowed)
 
 
 def _trace_create(
-    upload: _Upload, *, name: str, options: ImportOptions, import_key: str, uploaded_by: Any | None
+    upload: _Upload, *, name: str, options: ImportOptions, import_key: str, uploaded_by: Any | None, team: Any
 ) -> Trace:
     """The trace row, before its requests (they refer to it); what the import finds is recorded after."""
     return Trace.objects.create(
@@ -233,6 +247,7 @@ def _trace_create(
         seed=options.seed,
         import_key=import_key,
         uploaded_by=uploaded_by,
+        team=team,
     )
 
 
@@ -247,7 +262,10 @@ def _requests_store(trace: Trace, builder: TraceBuilder) -> None:
         trace_requests_sort_by_arrival(trace, count=builder.summary.count)
     same = (
         Trace.objects.filter(
-            content_sha256=builder.content_sha256, holdout_fraction=trace.holdout_fraction, seed=trace.seed
+            content_sha256=builder.content_sha256,
+            holdout_fraction=trace.holdout_fraction,
+            seed=trace.seed,
+            team_id=trace.team_id,
         )
         .exclude(pk=trace.pk)
         .exclude(metadata__has_key=RAW_TEXT_PURGED_KEY)
@@ -288,9 +306,14 @@ def _trace_summarise(
     trace.save()
 
 
-def trace_redactor(*, redact: bool, patterns: str) -> Redactor | None:
+def trace_redactor(*, redact: bool, patterns: str, team: Any | None = None) -> Redactor | None:
     """The import's (and the preview's) redactor, None when not asked for; a bad team pattern is a
-    bad option (``TraceImportError`` naming ``redact_patterns``)."""
+    bad option (``TraceImportError`` naming ``redact_patterns``). A ``team`` that redacts at import
+    (``Team.redact_at_import``) redacts every upload, and its own patterns join the upload's."""
+    if team is not None and team.redact_at_import:
+        redact = True
+    if redact and team is not None and team.redaction_patterns.strip():
+        patterns = "\n".join(p for p in (team.redaction_patterns, patterns) if p.strip())
     if not redact:
         if patterns.strip():
             raise TraceImportError(
@@ -312,9 +335,12 @@ def trace_import_path(*, path: str | Path, name: str = "", uploaded_by: Any | No
         )
 
 
-def trace_import_demo(*, uploaded_by: Any | None) -> TraceImportResult:
-    """Import the bundled demo trace, or return it if it is already stored (idempotent)."""
-    return trace_import_path(path=DEMO_TRACE_PATH, name=DEMO_TRACE_NAME, uploaded_by=uploaded_by, seed=0)
+def trace_import_demo(*, uploaded_by: Any | None, team: Any | None = None) -> TraceImportResult:
+    """Import the bundled demo trace into ``team`` (None: the default team), or return it if it is
+    already stored there (idempotent)."""
+    return trace_import_path(
+        path=DEMO_TRACE_PATH, name=DEMO_TRACE_NAME, uploaded_by=uploaded_by, seed=0, team=team
+    )
 
 
 def trace_delete(*, trace: Trace) -> None:

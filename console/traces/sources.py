@@ -87,10 +87,11 @@ def _shared_path(name: str) -> Path:
     return path
 
 
-def source_resolve(source: str, *, allow_paths: bool = True) -> Trace | Path:
+def source_resolve(source: str, *, allow_paths: bool = True, team_id: int | None = None) -> Trace | Path:
     """A trace (``12``, ``trace:12``), a shared-data file (``shared:prompts/...``) or a file path.
 
     Pages and the API pass ``allow_paths=False``: a server path must never be read on a user's behalf.
+    ``team_id``: only that team's traces (the importing team's: another team's trace "does not exist").
     """
     text = str(source).strip()
     if text.startswith("trace:"):
@@ -98,7 +99,8 @@ def source_resolve(source: str, *, allow_paths: bool = True) -> Trace | Path:
         if not text.isdigit():
             raise TraceImportError([TraceError(None, None, f"{source!r} is not a trace id")])
     if text.isdigit():
-        trace = Trace.objects.filter(pk=int(text)).first()
+        traces = Trace.objects.all() if team_id is None else Trace.objects.filter(team_id=team_id)
+        trace = traces.filter(pk=int(text)).first()
         if trace is None:
             raise TraceImportError([TraceError(None, None, f"there is no trace {text}")])
         return trace
@@ -170,9 +172,11 @@ def prompt_pool_load(
     token_counter: TokenCounter | None = None,
     max_bytes: int | None = None,
     allow_paths: bool = True,
+    team_id: int | None = None,
 ) -> PromptPool:
-    """A prompt pool from a stored trace with real content, or from a prompt file (any content format)."""
-    resolved = source_resolve(source, allow_paths=allow_paths)
+    """A prompt pool from a stored trace with real content (of team ``team_id``), or from a prompt
+    file (any content format)."""
+    resolved = source_resolve(source, allow_paths=allow_paths, team_id=team_id)
     if isinstance(resolved, Trace):
         if resolved.is_paired:
             raise TraceImportError(
@@ -228,9 +232,12 @@ def prompt_pool_load(
     return PromptPool(label=f"file {shown} ({len(prompts)} prompts, {fmt})", prompts=prompts)
 
 
-def borrowed_arrivals_load(source: str, *, max_bytes: int, allow_paths: bool) -> tuple[list[float], str]:
-    """Arrival offsets (s, from 0, sorted) of a stored trace or a timing file, and a label."""
-    resolved = source_resolve(source, allow_paths=allow_paths)
+def borrowed_arrivals_load(
+    source: str, *, max_bytes: int, allow_paths: bool, team_id: int | None = None
+) -> tuple[list[float], str]:
+    """Arrival offsets (s, from 0, sorted) of a stored trace (of team ``team_id``) or a timing file,
+    and a label."""
+    resolved = source_resolve(source, allow_paths=allow_paths, team_id=team_id)
     if isinstance(resolved, Trace):
         # a session's later turns follow its answers: only first turns are arrivals
         first_turns = resolved.requests.filter(turn=0).order_by("position")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
+from console.accounts import teams
 from console.accounts.access import (
     capability_required,
     owner_or_approver_required,
@@ -22,7 +23,6 @@ from console.listing import listing
 from console.traces import selectors
 from console.traces.errors import TraceError, TraceImportError
 from console.traces.forms import TraceUploadForm
-from console.traces.models import Trace
 from console.traces.preview import TracePreview, trace_preview
 from console.traces.services import TraceInUseError, trace_delete, trace_import, trace_redactor
 from console.traces.uploads import refused_message, upload_size_refusal
@@ -32,7 +32,7 @@ from console.traces.uploads import refused_message, upload_size_refusal
 def trace_list_view(request: HttpRequest) -> HttpResponse:
     traces = listing(
         request,
-        selectors.trace_list(),
+        selectors.trace_list(user=request.user),
         sorts={
             "name": "name",
             "format": "source_format",
@@ -53,7 +53,7 @@ def trace_upload_view(request: HttpRequest) -> HttpResponse:
     if refused:
         # answered before the body (and so the CSRF token in it) is read: nothing is stored either way
         error = TraceImportError([TraceError(None, None, refused, "upload")])
-        return _upload_page(request, TraceUploadForm(), error, status=413)
+        return _upload_page(request, TraceUploadForm(user=request.user), error, status=413)
     return _upload(request)
 
 
@@ -62,7 +62,7 @@ def _upload(request: HttpRequest) -> HttpResponse:
     import_error: TraceImportError | None = None
     xhr = request.headers.get("X-Requested-With") == "XMLHttpRequest"
     if request.method == "POST":
-        form = TraceUploadForm(request.POST, request.FILES)
+        form = TraceUploadForm(request.POST, request.FILES, user=request.user)
         refused = refused_message(request)
         if refused:
             return _upload_page(
@@ -92,6 +92,7 @@ def _upload(request: HttpRequest) -> HttpResponse:
                     think_time=data["think_time"] or None,
                     redact=data.get("redact", False),
                     redact_patterns=data.get("redact_patterns", ""),
+                    team=data["team"],
                 )
             except TraceImportError as exc:
                 import_error = exc
@@ -101,7 +102,7 @@ def _upload(request: HttpRequest) -> HttpResponse:
                 url = f"/traces/{result.trace.pk}/"
                 return JsonResponse({"redirect": url}) if xhr else redirect(url)
     else:
-        form = TraceUploadForm()
+        form = TraceUploadForm(user=request.user)
     return _upload_page(request, form, import_error, status=400 if request.method == "POST" else 200)
 
 
@@ -120,13 +121,13 @@ def _preview(request: HttpRequest, form: TraceUploadForm, *, xhr: bool) -> HttpR
             default_task=data.get("default_task") or None,
             default_max_tokens=data["default_max_tokens"],
             redactor=trace_redactor(
-                redact=data.get("redact", False), patterns=data.get("redact_patterns", "")
+                redact=data.get("redact", False), patterns=data.get("redact_patterns", ""), team=data["team"]
             ),
         )
     except TraceImportError as exc:
         import_error = exc
     if preview is not None:
-        raw_text = raw_text_allowed(user=request.user)
+        raw_text = raw_text_allowed(user=request.user, team_id=data["team"].pk)
         for r in preview.requests:
             r["messages_json"] = json.dumps(r["messages"], ensure_ascii=False) if r["messages"] else ""
             r["metadata_json"] = json.dumps(r["metadata"], ensure_ascii=False)
@@ -166,18 +167,11 @@ def _max_bytes() -> int:
     return settings.SPECREVIEW_TRACE_MAX_BYTES
 
 
-def _get(pk: int) -> Trace:
-    try:
-        return selectors.trace_get(pk=pk)
-    except Trace.DoesNotExist:
-        raise Http404("no such trace") from None
-
-
 @require_safe
 def trace_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
-    trace = _get(pk)
+    trace = selectors.trace_get(user=request.user, pk=pk)
     samples = selectors.trace_sample_requests(trace=trace)
-    raw_text = raw_text_allowed(user=request.user)
+    raw_text = raw_text_allowed(user=request.user, team_id=trace.team_id)
     for r in samples:
         if not raw_text:
             r.prompt, r.messages = raw_text_shown(r.prompt or r.messages, allowed=False), None
@@ -199,6 +193,7 @@ def trace_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
         "content_kind": selectors.trace_content_kind(trace=trace),
         "redaction": selectors.trace_redaction(trace=trace),
         "experiments": list(trace.experiments.order_by("-created_at")[:20]),
+        "can_delete": teams.can(request.user, UPLOAD_TRACE, team_id=trace.team_id),
     }
     return render(request, "traces/detail.html", context)
 
@@ -206,8 +201,11 @@ def trace_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
 @capability_required(UPLOAD_TRACE)
 @require_POST
 def trace_delete_view(request: HttpRequest, pk: int) -> HttpResponse:
-    trace = _get(pk)
-    owner_or_approver_required(user=request.user, owner_id=trace.uploaded_by_id, what=f"delete trace #{pk}")
+    trace = selectors.trace_get(user=request.user, pk=pk)
+    teams.require(request.user, UPLOAD_TRACE, team_id=trace.team_id, what="delete traces")
+    owner_or_approver_required(
+        user=request.user, owner_id=trace.uploaded_by_id, what=f"delete trace #{pk}", team_id=trace.team_id
+    )
     try:
         trace_delete(trace=trace)
     except TraceInUseError as exc:

@@ -36,7 +36,7 @@ def test_it_refuses_to_cancel_a_colleagues_experiment(engineer, colleague, api_t
     Run.objects.filter(experiment=experiment).update(status=Run.Status.QUEUED)
     page = _client(colleague).post(f"/experiments/{experiment.pk}/cancel/")
     assert page.status_code == 403
-    assert f"only its creator or an approver may cancel experiment #{experiment.pk}" in page.content.decode()
+    assert f"only its creator or an approver of its team may cancel experiment #{experiment.pk}" in page.content.decode()
     api = client.post(f"/api/experiments/{experiment.pk}/cancel", **api_token_for(colleague))
     assert api.status_code == 403 and "only its creator or an approver" in api.json()["error"]
     assert set(experiment.runs.values_list("status", flat=True)) == {"queued"}

@@ -231,8 +231,11 @@ def test_an_engineer_reads_the_text_and_each_display_is_an_access_event(world, e
 
 
 def test_it_gives_the_permission_to_engineers_and_approvers_only(engineer, approver, viewer):
-    assert raw_text_allowed(user=engineer) and raw_text_allowed(user=approver)
-    assert not raw_text_allowed(user=viewer)
+    from console.accounts.teams import team_default
+
+    team = team_default().pk
+    assert raw_text_allowed(user=engineer, team_id=team) and raw_text_allowed(user=approver, team_id=team)
+    assert not raw_text_allowed(user=viewer, team_id=team)
 
 
 def test_access_events_are_append_only(engineer):
@@ -301,13 +304,12 @@ def test_an_absent_text_stays_absent_rather_than_hidden(value):
 
 
 def test_the_upload_preview_hides_the_file_s_text_from_an_uploader_without_the_permission(client, engineer):
-    """Every engineer holds the permission today; a role (or, later, a team) that may upload but
-    not read raw text gets the placeholder in the preview too, and only a reader's preview is an
-    access event."""
-    from django.contrib.auth.models import Permission
+    """An engineer whose membership turns raw text off may upload but gets the placeholder in the
+    preview too, and only a reader's preview is an access event."""
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    from console.accounts.services import user_create
+    from console.accounts.services import membership_set, user_create
+    from console.accounts.teams import team_default
 
     def upload():
         row = {
@@ -320,8 +322,8 @@ def test_the_upload_preview_hides_the_file_s_text_from_an_uploader_without_the_p
         return SimpleUploadedFile("t.jsonl", (json.dumps(row) + "\n").encode())
 
     form = {"holdout_fraction": "0.3", "seed": "0", "default_max_tokens": "64", "preview": "1"}
-    uploader = user_create(username="uma-uploader", password="pw-uma-uploader-1", role="viewer")
-    uploader.user_permissions.add(Permission.objects.get(codename="upload_trace"))
+    uploader = user_create(username="uma-uploader", password="pw-uma-uploader-1", role="engineer")
+    membership_set(user=uploader, team=team_default(), role="engineer", raw_text=False)
     client.force_login(uploader)
     page = client.post("/traces/upload/", {"file": upload(), **form}).content.decode()
     assert html.escape(RAW_TEXT_HIDDEN) in page

@@ -95,9 +95,13 @@ def test_it_gives_tokens_made_before_scopes_every_scope(client, engineer):
     OldToken.objects.create(
         user_id=engineer.pk, name="old", key_sha256=ApiToken.digest("old-key"), prefix="old-key"
     )
+    # before teams a role was a group: the teams migration makes it a membership of the default team
+    group = old_apps.get_model("auth", "Group").objects.create(name="engineer")
+    old_apps.get_model("auth", "User").objects.get(pk=engineer.pk).groups.add(group)
     executor = MigrationExecutor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
     assert ApiToken.objects.get(name="old").scopes == list(SCOPES)
+    assert ApiToken.objects.get(name="old").team.name == "default"
     assert client.get("/api/experiments", **_bearer("old-key")).status_code == 200
     assert _post(client, "/api/experiments", {}, "old-key").status_code == 400  # write: past the scope
 

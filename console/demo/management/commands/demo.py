@@ -22,12 +22,12 @@ from typing import Any
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from console.accounts.services import user_create
+from console.accounts.services import team_resolve, user_create
 from console.demo.compare import demo_summary_print
 from console.demo.decision import demo_decision_draft
 from console.demo.experiment import demo_experiment_create, demo_leftovers_cancel, demo_resumable
 from console.demo.output import Say
-from console.demo.plan import DEMO_PASSWORD, DEMO_USERS, plan_build
+from console.demo.plan import DEMO_PASSWORD, DEMO_TEAM, DEMO_USERS, plan_build
 from console.demo.policy import demo_policy_fit
 from console.demo.report import demo_report_print
 from console.demo.trace import demo_trace_import
@@ -138,14 +138,19 @@ class Command(BaseCommand):
             raise CommandError(
                 f"--resume: no interrupted {name!r} experiment to continue; run the demo without --resume"
             )
-        users = {role: user_create(username=u, password=DEMO_PASSWORD, role=role) for u, role in DEMO_USERS}
+        team = team_resolve(DEMO_TEAM, create=True)
+        users = {
+            role: user_create(username=u, password=DEMO_PASSWORD, role=role, team=team) for u, role in DEMO_USERS
+        }
         say.heading("1/6 models")
         for model in filter(None, (plan["target"], plan["draft"])):
             path = model_fetch(name=model, progress=True)
             say(f"  {model}: {path}")
         fetch_s = time.monotonic() - t0
         say.heading("2/6 trace")
-        trace = demo_trace_import(uploaded_by=users["engineer"], limit_requests=limit_requests or plan["requests"])
+        trace = demo_trace_import(
+            uploaded_by=users["engineer"], limit_requests=limit_requests or plan["requests"], team=team
+        )
         say(f"  trace {trace.pk}: {trace.name}, {trace.request_count} requests")
 
         demo_leftovers_cancel(say=say, keep=resumed)

@@ -55,7 +55,8 @@ class Command(BaseCommand):
             raise CommandError(f"--user {user!r}: no active user of that name")
         if not actor.has_perm(RUN_EXPERIMENT):
             raise CommandError(
-                f"--user {user!r} may not fit policies (needs {RUN_EXPERIMENT}: an engineer or approver)"
+                f"--user {user!r} may not fit policies (needs {RUN_EXPERIMENT}: an engineer or approver "
+                "of the experiment's team)"
             )
         names = ("arms", "load", "metric", "features", "min_support", "ci")
         fields = {"experiment": experiment} | {k: options[k] for k in names if options.get(k) is not None}

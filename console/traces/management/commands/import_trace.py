@@ -8,6 +8,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from console.accounts.models import Team
+from console.accounts.teams import team_default
 from console.traces.errors import TraceImportError
 from console.traces.parsers import PARSERS
 from console.traces.parsers.mapped import field_mapping_parse
@@ -59,6 +61,9 @@ class Command(BaseCommand):
         )
         parser.add_argument("--max-bytes", type=int, default=None, help="size limit (bytes)")
         parser.add_argument("--user", default=None, help="username recorded as the uploader")
+        parser.add_argument(
+            "--team", default=None, help="the owning team's name (default: the installation's default team)"
+        )
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
         self._add_mapping_arguments(parser)
 
@@ -81,7 +86,10 @@ class Command(BaseCommand):
             help="dotted path kept in metadata (references for graders); repeatable",
         )
 
-    def handle(self, *args, path, user, json: bool = False, **options):  # noqa: A002 - argparse dest
+    def handle(self, *args, path, user, team, json: bool = False, **options):  # noqa: A002 - argparse dest
+        owner = Team.objects.filter(name=team).first() if team else team_default()
+        if owner is None:
+            raise CommandError(f"--team: no team {team!r} (manage.py team create NAME makes one)")
         uploaded_by = None
         if user:
             from django.contrib.auth import get_user_model
@@ -107,6 +115,7 @@ class Command(BaseCommand):
                 uploaded_by=uploaded_by,
                 holdout_fraction=options["holdout"],
                 max_bytes=options["max_bytes"],
+                team=owner,
                 **kwargs,
             )
         except FileNotFoundError:
