@@ -118,13 +118,22 @@ def test_the_demo_fits_a_policy_and_submits_a_decision_for_the_approver(demo_run
     assert owner and triggers not in ("", "[]")
     assert proposal in ("enable_for_slice", "keep_off")
     assert f"decision {decision_id}: " in out and "waiting for the approver" in out
-    # The approver the demo prints exists and may sign it.
-    [(approver,)] = _query(
+    # The approver the demo prints exists and may sign it: the demo's team has its three users, and
+    # owns the trace the decision was drafted from.
+    members = _query(
         db,
-        "SELECT g.name FROM auth_user u JOIN auth_user_groups ug ON ug.user_id = u.id "
-        "JOIN auth_group g ON g.id = ug.group_id WHERE u.username = 'demo'",
+        "SELECT u.username, m.role, t.name FROM accounts_membership m JOIN auth_user u ON u.id = m.user_id "
+        "JOIN accounts_team t ON t.id = m.team_id",
     )
-    assert approver == "approver"
+    expected = {("demo", "approver"), ("demo-engineer", "engineer"), ("demo-viewer", "viewer")}
+    assert {(u, r) for u, r, t in members if t == "demo"} == expected
+    [(owner_team,)] = _query(
+        db,
+        "SELECT t.name FROM experiments_experiment e JOIN traces_trace tr ON tr.id = e.trace_id "
+        "JOIN accounts_team t ON t.id = tr.team_id WHERE e.id = ?",
+        experiment_id,
+    )
+    assert owner_team == "demo"
 
 
 def test_the_demo_prints_a_time_budget_that_adds_up(demo_run):
