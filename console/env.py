@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit
 
 from workers.engines.server_telemetry import telemetry_spec_check
 
@@ -70,6 +70,16 @@ def envlist(name: str, default: list[str]) -> list[str]:
     if value is None:
         return default
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def envurls(name: str) -> list[str]:
+    """A comma-separated list of http(s) URLs; empty when unset. Anything else stops start-up."""
+    urls = envlist(name, [])
+    for url in urls:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SettingsError(f"{name}: {url[:200]!r} is not an http(s) URL with a host")
+    return urls
 
 
 def envnetworks(name: str) -> list[str]:

@@ -24,6 +24,7 @@ from console.env import (
     envopenai_servers,
     envsecret,
     envstr,
+    envurls,
     secret_key_local,
     secret_key_strong,
 )
@@ -175,6 +176,7 @@ CELERY_TASK_QUEUES = tuple(Queue(name) for name in (CPU_QUEUE, GPU_QUEUE, HOUSEK
 CELERY_TASK_DEFAULT_QUEUE = CPU_QUEUE
 CELERY_TASK_ROUTES = {
     "workers.runs_reap": {"queue": HOUSEKEEPING_QUEUE},
+    "workers.notify": {"queue": HOUSEKEEPING_QUEUE},
     "workers.raw_text_purge": {"queue": HOUSEKEEPING_QUEUE},
 }  # beat: CELERY_BEAT_SCHEDULE
 # A worker reserves one message at a time (with acks_late: only the run it is on): it holds one
@@ -209,6 +211,22 @@ SPECREVIEW_RAW_TEXT_RETENTION_DAYS = envint_optional("SPECREVIEW_RAW_TEXT_RETENT
 # first use. A team's own retention (Team.raw_text_retention_days) overrides the setting above.
 SPECREVIEW_DEFAULT_TEAM = "default"
 SPECREVIEW_RETENTION_PURGE_EVERY_S = 24 * 3600
+# Notifications (console/decisions/notifications.py, docs/notifications.md): webhook URLs, the HMAC key
+# that signs each POST (required with URLs), e-mail recipients, and how often a worker retries a target.
+SPECREVIEW_WEBHOOK_URLS = envurls("SPECREVIEW_WEBHOOK_URLS")
+SPECREVIEW_WEBHOOK_SECRET = envsecret("SPECREVIEW_WEBHOOK_SECRET")
+if SPECREVIEW_WEBHOOK_URLS and not SPECREVIEW_WEBHOOK_SECRET:
+    raise SettingsError("SPECREVIEW_WEBHOOK_URLS needs SPECREVIEW_WEBHOOK_SECRET (or _FILE): the key that signs each POST")
+SPECREVIEW_NOTIFY_EMAILS = envlist("SPECREVIEW_NOTIFY_EMAILS", [])
+SPECREVIEW_NOTIFY_RETRIES = envint("SPECREVIEW_NOTIFY_RETRIES", 8, minimum=0)
+SPECREVIEW_NOTIFY_RETRY_S = envint("SPECREVIEW_NOTIFY_RETRY_S", 30, minimum=1)  # doubles each time, at most 1 h
+EMAIL_HOST = envstr("EMAIL_HOST", "localhost")
+EMAIL_PORT = envint("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = envstr("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = envsecret("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = 10
+DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "specreview@localhost")
 CELERY_BEAT_SCHEDULE = {
     "runs-reap": {"task": "workers.runs_reap", "schedule": float(SPECREVIEW_REAP_EVERY_S)},
     "raw-text-purge": {

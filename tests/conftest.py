@@ -214,14 +214,15 @@ def _worker_env() -> dict:
 
 
 @contextlib.contextmanager
-def _worker_start(log: Path, *, env: dict | None = None):
+def _worker_start(log: Path, *, env: dict | None = None, queues: str = "cpu,gpu"):
     """A real `celery worker` subprocess on the real broker, reading the test database.
 
-    ``env`` overrides the worker's environment (e.g. another broker, a faster heartbeat)."""
+    ``env`` overrides the worker's environment (e.g. another broker, a faster heartbeat); ``queues``
+    the queues it consumes."""
     from workers.embedded import worker_argv
 
     proc = subprocess.Popen(
-        worker_argv(name=f"test-{os.getpid()}-{time.monotonic_ns()}"),
+        worker_argv(name=f"test-{os.getpid()}-{time.monotonic_ns()}", queues=queues),
         cwd=ROOT,
         env={**_worker_env(), **(env or {})},
         stdout=log.open("w"),

@@ -163,6 +163,8 @@ MATRIX: dict[str, dict[str, str]] = {
     "GET /decisions/{pk}/export.pdf": everyone_signed_in(),
     "GET /decisions/{pk}/bundle.json": everyone_signed_in(),
     "GET /api/decisions": everyone_signed_in(),
+    "POST /api/decisions": engineers(),  # drafts one from an experiment of the caller's team
+    "POST /api/decisions/{id}/submit": engineers(),  # a draft, like the page's submit
     "GET /api/decisions/{id}": everyone_signed_in(),
     "PATCH /api/decisions/{id}": engineers(),
     "POST /api/decisions/{id}/signoff": signer(),
@@ -206,7 +208,12 @@ for _key, _expected in MATRIX.items():
 
 
 # Routes that act on a draft decision rather than the submitted one.
-ON_DRAFT = {"/decisions/{pk}/edit/", "/decisions/{pk}/submit/", "/api/decisions/{id}"}
+ON_DRAFT = {
+    "/decisions/{pk}/edit/",
+    "/decisions/{pk}/submit/",
+    "/api/decisions/{id}",
+    "/api/decisions/{id}/submit",
+}
 MUTATIONS = ("POST", "PUT", "PATCH", "DELETE")
 
 

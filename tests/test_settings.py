@@ -36,6 +36,9 @@ def _start(env_overrides: dict[str, str]) -> subprocess.CompletedProcess:
         ("SPECREVIEW_TRUSTED_PROXIES", "10.0.0.0/8,proxy.internal"),
         ("SPECREVIEW_RAW_TEXT_RETENTION_DAYS", "a year"),
         ("SPECREVIEW_RAW_TEXT_RETENTION_DAYS", "0"),
+        ("SPECREVIEW_WEBHOOK_URLS", "file:///etc/passwd"),
+        ("SPECREVIEW_WEBHOOK_URLS", "https://hooks.example.org/x"),  # without the secret that signs
+        ("SPECREVIEW_NOTIFY_RETRIES", "-1"),
     ],
 )
 def test_it_refuses_to_start_with_a_bad_setting(name, value):

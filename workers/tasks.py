@@ -8,6 +8,7 @@ from django.conf import settings
 from console.analysis.retention import raw_text_purge_due
 from console.analysis.sequential_looks import experiment_sequential_advance
 from console.analysis.services import comparison_refresh
+from console.decisions.notifications import deliver as notifications_deliver
 from console.experiments.runs import runs_reap as reap
 from console.experiments.worker_ping import worker_heartbeat_record
 from workers.engines import EngineError
@@ -67,6 +68,23 @@ def execute_run(self, *, run_id: int) -> str:
 def runs_reap() -> str:
     """Re-queue or fail runs whose worker stopped beating; re-send queued runs the broker lost."""
     return str(reap())
+
+
+@shared_task(
+    bind=True,
+    name="workers.notify",
+    soft_time_limit=120,
+    time_limit=180,
+    max_retries=settings.SPECREVIEW_NOTIFY_RETRIES,
+)
+def notify(self, *, payload: dict, only: list[str] | None = None) -> str:
+    """Deliver a decision's notification (``decisions.notifications``); the targets that failed are
+    tried again, alone, after 1x, 2x, 4x... ``SPECREVIEW_NOTIFY_RETRY_S`` (at most an hour apart)."""
+    failed = notifications_deliver(payload, only=only)
+    if failed:
+        countdown = min(3600, settings.SPECREVIEW_NOTIFY_RETRY_S * 2**self.request.retries)
+        raise self.retry(kwargs={"payload": payload, "only": failed}, countdown=countdown)
+    return f"delivered {payload['delivery']}"
 
 
 @shared_task(

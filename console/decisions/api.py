@@ -1,4 +1,5 @@
-"""JSON API: list and read decisions, edit a draft, sign off (approver token only)."""
+"""JSON API: list and read decisions, draft one from an experiment (and a slice policy), edit and
+submit a draft, sign off (approver token only): the whole flow a CI pipeline drives (docs/ci.md)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,18 @@ from typing import Annotated, Any, Literal
 
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
-from ninja import Path, Query, Router
+from ninja import Path, Query, Router, Status
 from pydantic import Field, StrictFloat, StrictInt
 
-from console.accounts import roles
+from console.accounts import roles, teams
 from console.analysis.comparison.schema import ComparisonSchemaError
 from console.apikit import MAX_ID, ApiError, Id, Open, Strict, access, errors, row_or_404, text
 from console.decisions import selectors, services
 from console.decisions.limits import FIELD_MAX_CHARS, NOTE_MAX_CHARS
 from console.decisions.models import Decision
+from console.experiments.models import Experiment
+from console.policies.models import SlicePolicy
+from console.policies.selectors import policy_export
 from console.traces.models import TRAFFIC_CLASSES
 
 router = Router(tags=["decisions"])
@@ -117,6 +121,24 @@ def _absent() -> Any:
     return Field(None, json_schema_extra=_no_default)
 
 
+class DecisionCreateIn(Strict):
+    """What the draft form asks; the gate, the checklist and the rollback plan are drafted from the
+    experiment's comparison, as on the page."""
+
+    experiment: Id
+    proposal: Literal[tuple(Decision.Proposal.values)]  # type: ignore[valid-type]
+    traffic_class: Literal[TRAFFIC_CLASSES]  # type: ignore[valid-type]
+    candidate_arm: text(200) | None = Field(None, description="the candidate arm's label (not with keep_off)")  # type: ignore[valid-type]
+    title: text(MAX["title"]) = ""  # type: ignore[valid-type]
+    rationale: text(MAX["rationale"]) = ""  # type: ignore[valid-type]
+    slice_policy: Id | None = Field(
+        None, description="a policy fitted on this experiment: frozen into the evidence"
+    )
+    supersedes: Id | None = Field(
+        None, description="a signed decision of the same team that this one replaces"
+    )
+
+
 class DecisionPatchIn(Strict):
     """The fields of a draft that may change (omitted: unchanged; null, where allowed: cleared); a
     signed decision answers 409."""
@@ -202,6 +224,99 @@ def decisions_index(
 ):
     qs = selectors.decisions_list(user=request.user, model=model or None, status=status or None)
     return {"decisions": [decision_payload(d, full=False) for d in qs[:500]]}
+
+
+def _refused(field: str, message: str) -> ApiError:
+    return ApiError(400, "field errors", details={field: [message]})
+
+
+@router.post(
+    "/decisions",
+    response={201: DecisionDetailOut, **errors(400, 409)},
+    url_name="api-decisions",
+    summary="Draft a decision from an experiment (and a slice policy): the gate is computed from its comparison",
+    **access(capability=roles.DRAFT_DECISION),
+)
+def decision_create_api(request: HttpRequest, payload: DecisionCreateIn):
+    """Needs permission accounts.draft_decision in the experiment's team. Another team's
+    experiment, policy or decision is "no such" here, as on the form. 409 while the experiment's
+    stored comparison is of another schema version or shape (recompute it)."""
+    experiment = (
+        teams.visible(Experiment.objects.select_related("trace"), request.user)
+        .filter(pk=payload.experiment)
+        .first()
+    )
+    if experiment is None:
+        raise _refused("experiment", f"no experiment with id {payload.experiment}")
+    teams.require(
+        request.user, roles.DRAFT_DECISION, team_id=experiment.trace.team_id, what="draft decisions here"
+    )
+    arm = None
+    if payload.candidate_arm:
+        arm = experiment.arms.filter(label=payload.candidate_arm, is_baseline=False).first()
+        if arm is None:
+            labels = ", ".join(experiment.arms.filter(is_baseline=False).values_list("label", flat=True))
+            raise _refused(
+                "candidate_arm",
+                f"no candidate arm {payload.candidate_arm!r} in experiment {experiment.pk}: {labels}",
+            )
+    policy, policy_ref = None, ""
+    if payload.slice_policy is not None:
+        fitted = SlicePolicy.objects.filter(pk=payload.slice_policy, experiment=experiment).first()
+        if fitted is None:
+            raise _refused(
+                "slice_policy", f"no policy {payload.slice_policy} fitted on experiment {experiment.pk}"
+            )
+        policy, policy_ref = policy_export(policy=fitted), f"/policies/{fitted.pk}/"
+    supersedes = None
+    if payload.supersedes is not None:
+        signed = Decision.objects.filter(
+            status__in=Decision.SIGNED_STATUSES, experiment__trace__team_id=experiment.trace.team_id
+        )
+        supersedes = signed.filter(pk=payload.supersedes).first()
+        if supersedes is None:
+            raise _refused("supersedes", f"no signed decision {payload.supersedes} of this experiment's team")
+    try:
+        decision = services.decision_create(
+            experiment=experiment,
+            author=request.user,
+            title=payload.title,
+            proposal=payload.proposal,
+            candidate_arm=arm,
+            traffic_class=payload.traffic_class,
+            rationale=payload.rationale,
+            policy_ref=policy_ref,
+            policy=policy,
+            supersedes=supersedes,
+            comparison=selectors.decision_comparison(experiment=experiment),
+        )
+    except ComparisonSchemaError as exc:
+        raise ApiError(409, str(exc)) from None
+    except services.DecisionError as exc:
+        raise ApiError(400, str(exc)) from None
+    return Status(201, decision_payload(_get(request, decision.pk), full=True))
+
+
+@router.post(
+    "/decisions/{id}/submit",
+    response={200: DecisionDetailOut, **errors(400, 404, 409)},
+    url_name="api-decision-submit",
+    summary="Submit a draft for sign-off (once its rationale, checklist and rollback plan are complete)",
+    **access(capability=roles.DRAFT_DECISION, path_object=Decision),
+)
+def decision_submit_api(request: HttpRequest, id: Path[Id]):  # type: ignore[valid-type]
+    """Needs permission accounts.draft_decision. 400 listing what is missing (``details.problems``),
+    409 when it is no longer a draft."""
+    decision = _get(request, id)
+    try:
+        services.decision_submit(decision=decision, actor=request.user)
+    except services.DecisionError as exc:
+        if "only a draft" in str(exc):
+            raise ApiError(409, str(exc)) from None
+        raise ApiError(
+            400, str(exc), details={"problems": services.decision_submit_problems(decision=decision)}
+        ) from None
+    return decision_payload(_get(request, id), full=True)
 
 
 @router.get(

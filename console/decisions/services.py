@@ -19,7 +19,7 @@ from django.utils import timezone
 from console.accounts import roles, teams
 from console.accounts.services import user_role
 from console.analysis.comparison.schema import Summary
-from console.decisions import checklist, gate, selectors
+from console.decisions import checklist, gate, notifications, selectors
 from console.decisions.archiving import archive_record_append
 from console.decisions.gate.constants import TITLES
 from console.decisions.limits import decision_text_problems
@@ -275,6 +275,7 @@ def decision_submit(*, decision: Decision, actor: Any) -> Decision:
     decision.submitted_at = timezone.now()
     decision.save()
     _audit(decision=decision, action=AuditEvent.Action.SUBMITTED, actor=actor)
+    notifications.notify(event="decision.submitted", decision=decision)
     return decision
 
 
@@ -300,15 +301,14 @@ def decision_sign(
     conditions: str = "",
     override_reason: str = "",
 ) -> Decision:
-    """Sign a submitted decision (approve, reject, approve with conditions), freeze it and
-    append it to the archive chain.
+    """Sign a submitted decision (approve, reject, approve with conditions), freeze it, append it
+    to the archive chain and notify (``decisions.notifications``).
 
-    Only an approver may sign, and never one who drafted, edited or submitted it (separation
-    of duties, from the audit trail: ``PermissionDenied``); the comment is required, conditions
-    too when approving with conditions, and an override reason when approving with a failing
-    gate criterion. Two approvers signing at once: the row lock (PostgreSQL) or the immediate
-    write transaction (SQLite) lets one through; the other gets ``Conflict``.
-    """
+    Only an approver of its team may sign, never one who drafted, edited or submitted it (separation
+    of duties, from the audit trail: ``PermissionDenied``); the comment is required, conditions too
+    when approving with conditions, an override reason when approving over a failing gate
+    criterion. Two approvers at once: the row lock (PostgreSQL) or the immediate write
+    transaction (SQLite) lets one through; the other gets ``Conflict``."""
     _require(signer, roles.SIGN_DECISION, experiment=decision.experiment)
     decision = Decision.objects.select_for_update().select_related("created_by").get(pk=decision.pk)
     if decision.is_signed:
@@ -361,6 +361,7 @@ def decision_sign(
             actor=signer,
             details={"by_decision": decision.pk, "by_record_sha256": record.record_sha256},
         )
+    notifications.notify(event="decision.signed", decision=decision)
     return decision
 
 

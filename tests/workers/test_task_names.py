@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TASK_NAMES = [
     "workers.compute_comparison",
     "workers.execute_run",
+    "workers.notify",
     "workers.ping",
     "workers.raw_text_purge",
     "workers.runs_reap",
