@@ -135,7 +135,7 @@ def _reads_raw_text(spec: str | None) -> bool:
     return spec in ("engineer", "approver", "viewer-raw")
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     alpha=st.sampled_from(MEMBERSHIPS),
     beta=st.sampled_from(MEMBERSHIPS),
