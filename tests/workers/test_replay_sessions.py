@@ -116,6 +116,7 @@ def _describe(errors: list[float]) -> str:
     )
 
 
+@pytest.mark.alone  # a millisecond timing bound: it failed (p95 10 ms) beside the other lane's load
 def test_it_replays_each_turn_after_its_think_time_with_the_same_arms_answers(servers, engines):
     gaps, lateness = [], []  # seconds, over both arms
     for arm in ("a", "b"):
