@@ -43,6 +43,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from console.accounts.middleware import API_PAGES
 from console.accounts.scopes import SCOPES
+from tests.support.world import world_rolled_back
 
 HOME_ROLES = ("anonymous", "viewer", "engineer", "creator", "approver", "drafter", "editor", "submitter")
 OTHER_TEAM = ("other_viewer", "other_engineer", "other_approver", "mixed")
@@ -262,17 +263,8 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(django_db_setup, django_db_blocker):
-    """Built once for the module inside a transaction rolled back at its end; each test's own
-    transaction (``db``) and each request's savepoint nest inside it."""
-    from django.test.utils import override_settings
-
-    with (
-        django_db_blocker.unblock(),
-        override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]),
-        transaction.atomic(),
-    ):
-        yield _world_build()
-        transaction.set_rollback(True)
+    with world_rolled_back(django_db_blocker, _world_build) as built:
+        yield built
 
 
 def _world_build() -> World:

@@ -120,17 +120,24 @@ def _detail_context(experiment: Experiment, request) -> dict:
     }
 
 
-@capability_required(RUN_EXPERIMENT)
-@require_POST
-def experiment_start_view(request, pk: int):
+def _experiment_acted_on(request, pk: int, *, verb: str) -> Experiment:
+    """The experiment ``pk`` of the user's teams (404 otherwise), once the user may ``verb`` it: its
+    creator or an approver of its team, with the run-experiment permission there (403 otherwise)."""
     experiment = teams.visible_get(Experiment.objects.select_related("trace"), request.user, pk=pk)
     act_required(
         user=request.user,
         capability=RUN_EXPERIMENT,
         team_id=experiment.trace.team_id,
         owner_id=experiment.created_by_id,
-        what=f"start experiment #{pk}",
+        what=f"{verb} experiment #{pk}",
     )
+    return experiment
+
+
+@capability_required(RUN_EXPERIMENT)
+@require_POST
+def experiment_start_view(request, pk: int):
+    experiment = _experiment_acted_on(request, pk, verb="start")
     n = experiment_start(experiment=experiment)
     messages.info(request, f"Queued {n} runs." if n else "This experiment has already started.")
     return redirect("experiments:detail", pk=pk)
@@ -139,14 +146,7 @@ def experiment_start_view(request, pk: int):
 @capability_required(RUN_EXPERIMENT)
 @require_POST
 def experiment_cancel_view(request, pk: int):
-    experiment = teams.visible_get(Experiment.objects.select_related("trace"), request.user, pk=pk)
-    act_required(
-        user=request.user,
-        capability=RUN_EXPERIMENT,
-        team_id=experiment.trace.team_id,
-        owner_id=experiment.created_by_id,
-        what=f"cancel experiment #{pk}",
-    )
+    experiment = _experiment_acted_on(request, pk, verb="cancel")
     result = experiment_cancel(experiment=experiment)
     messages.info(
         request,

@@ -12,8 +12,8 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from console.accounts import teams
 from console.accounts.access import (
+    act_required,
     capability_required,
-    owner_or_approver_required,
     raw_text_allowed,
     raw_text_shown,
 )
@@ -202,9 +202,12 @@ def trace_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def trace_delete_view(request: HttpRequest, pk: int) -> HttpResponse:
     trace = selectors.trace_get(user=request.user, pk=pk)
-    teams.require(request.user, UPLOAD_TRACE, team_id=trace.team_id, what="delete traces")
-    owner_or_approver_required(
-        user=request.user, owner_id=trace.uploaded_by_id, what=f"delete trace #{pk}", team_id=trace.team_id
+    act_required(
+        user=request.user,
+        capability=UPLOAD_TRACE,
+        team_id=trace.team_id,
+        owner_id=trace.uploaded_by_id,
+        what=f"delete trace #{pk}",
     )
     try:
         trace_delete(trace=trace)

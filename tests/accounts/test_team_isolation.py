@@ -20,7 +20,7 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.world import runs_results_policy
+from tests.support.world import runs_results_policy, world_rolled_back
 from tests.test_authorization_matrix import MATRIX, concrete
 
 TEAMS = ("alpha", "beta")
@@ -57,15 +57,8 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(django_db_setup, django_db_blocker):
-    from django.test.utils import override_settings
-
-    with (
-        django_db_blocker.unblock(),
-        override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]),
-        transaction.atomic(),
-    ):
-        yield _world_build()
-        transaction.set_rollback(True)
+    with world_rolled_back(django_db_blocker, _world_build) as built:
+        yield built
 
 
 def _membership(user, team, spec: str | None) -> None:

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from console.decisions.models import Decision
-from console.policies.models import SlicePolicy
 from tests.decisions.conftest import ENGINEER_ANSWERS
+from tests.support.world import policy_make
 
 
 @pytest.fixture(autouse=True)
@@ -28,23 +28,11 @@ def call(client, method, url, body, headers):
     return getattr(client, method)(url, **data, **headers)
 
 
-def _policy(experiment, author) -> SlicePolicy:
-    return SlicePolicy.objects.create(
-        experiment=experiment,
-        baseline_arm="baseline",
-        arms=["ngram"],
-        metric="tpot_s",
-        rules={"rules": []},
-        rules_sha256="0" * 64,
-        created_by=author,
-    )
-
-
 def test_a_token_drafts_completes_submits_and_another_signs(
     client, experiment, engineer, approver, api_token_for
 ):
     eng, appr = api_token_for(engineer), api_token_for(approver)
-    policy = _policy(experiment, engineer)
+    policy = policy_make(experiment, author=engineer)
     body = {
         "experiment": experiment.pk,
         "proposal": "enable_for_slice",
