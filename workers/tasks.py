@@ -8,9 +8,9 @@ from django.conf import settings
 from console.analysis.retention import raw_text_purge_due
 from console.analysis.sequential_looks import experiment_sequential_advance
 from console.analysis.services import comparison_refresh
-from console.decisions.notifications import deliver as notifications_deliver
 from console.experiments.runs import runs_reap as reap
 from console.experiments.worker_ping import worker_heartbeat_record
+from console.notify import deliver as notifications_deliver
 from workers.engines import EngineError
 from workers.execution import run_execute
 
@@ -78,7 +78,7 @@ def runs_reap() -> str:
     max_retries=settings.SPECREVIEW_NOTIFY_RETRIES,
 )
 def notify(self, *, payload: dict, only: list[str] | None = None) -> str:
-    """Deliver a decision's notification (``decisions.notifications``); the targets that failed are
+    """Deliver a notification (``console.notify``; made by ``decisions.notifications``); the targets that failed are
     tried again, alone, after 1x, 2x, 4x... ``SPECREVIEW_NOTIFY_RETRY_S`` (at most an hour apart)."""
     failed = notifications_deliver(payload, only=only)
     if failed:

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from console import notify
 from console.decisions import notifications
 from tests.support.receivers import http_receiver, smtp_receiver
 
@@ -31,7 +32,7 @@ def submitted_payload(submitted):
 def test_a_webhook_gets_the_event_signed_and_no_raw_text(settings, submitted_payload, submitted):
     with http_receiver() as (url, got):
         settings.SPECREVIEW_WEBHOOK_URLS, settings.SPECREVIEW_WEBHOOK_SECRET = [url], SECRET
-        assert notifications.deliver(submitted_payload) == []
+        assert notify.deliver(submitted_payload) == []
     [(headers, body)] = got.requests
     assert _verified(headers, body)
     assert headers["x-specreview-event"] == "decision.submitted"
@@ -51,8 +52,8 @@ def test_a_target_that_fails_or_cannot_be_reached_is_reported_for_a_retry(settin
             [url, "http://127.0.0.1:9/"],
             SECRET,
         )
-        assert notifications.deliver(submitted_payload) == [url, "http://127.0.0.1:9/"]
-        assert notifications.deliver(submitted_payload, only=[url]) == []  # the retry: that one only
+        assert notify.deliver(submitted_payload) == [url, "http://127.0.0.1:9/"]
+        assert notify.deliver(submitted_payload, only=[url]) == []  # the retry: that one only
     assert len(got.requests) == 2
 
 
@@ -61,14 +62,14 @@ def test_an_email_goes_through_django_s_backend_to_an_smtp_server(settings, subm
         settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
         settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
         settings.SPECREVIEW_NOTIFY_EMAILS = ["oncall@example.org"]
-        assert notifications.deliver(submitted_payload) == []
+        assert notify.deliver(submitted_payload) == []
     [message] = got.messages
     assert f"decision #{submitted.pk} submitted" in message and "oncall@example.org" in message
 
 
 def test_nothing_is_sent_without_targets(settings, submitted):
     settings.SPECREVIEW_WEBHOOK_URLS, settings.SPECREVIEW_NOTIFY_EMAILS = [], []
-    assert notifications.targets() == []
+    assert notify.targets() == []
 
 
 @pytest.mark.worker
