@@ -13,7 +13,7 @@ from django.utils import timezone
 from console.accounts.models import ApiToken, Membership, RawTextAccess, Team
 from console.accounts.roles import ROLES
 from console.accounts.scopes import DEFAULT_SCOPES, SCOPES
-from console.accounts.teams import memberships_forget, role_in, roles_text, team_default
+from console.accounts.teams import memberships_forget, role_in, roles_text, team_default, team_for_new
 from console.accounts.throttle import minutes_text, throttle_failure_record, throttle_locked_seconds
 
 
@@ -114,17 +114,10 @@ def api_token_create(
     belongs to; None: the user's one team), and return its key; only its digest and first
     characters are stored, so show it once. ValidationError (on ``scopes`` or ``team``) otherwise."""
     checked = api_token_scopes_clean(scopes)
-    member_of = Team.objects.filter(memberships__user=user).order_by("name")
-    if team is None:
-        if member_of.count() != 1:
-            names = ", ".join(member_of.values_list("name", flat=True)) or "none: ask an operator"
-            raise ValidationError({"team": f"name the team the token acts in (yours: {names})"})
-        chosen = member_of.first()
-    else:
-        key_ = team.pk if isinstance(team, Team) else team
-        chosen = next((t for t in member_of if str(key_) in (str(t.pk), t.name)), None)
-        if chosen is None:
-            raise ValidationError({"team": f"you are not a member of team {str(key_)[:64]!r}"})
+    try:
+        chosen = team_for_new(user, None, team=team)
+    except ValueError as exc:
+        raise ValidationError({"team": f"name the team the token acts in: {exc}"}) from None
     key = secrets.token_urlsafe(32)
     ApiToken.objects.create(
         user=user,

@@ -161,15 +161,16 @@ def team_id_of(obj: Model) -> int | None:
     return getattr(obj, f"{last}_id")
 
 
-def teams_where(user: Any, capability: str) -> QuerySet[Team]:
-    """The teams where the user holds ``capability`` (the choices of a create form)."""
+def teams_where(user: Any, capability: str | None) -> QuerySet[Team]:
+    """The teams where the user holds ``capability`` (any of their teams for None): the choices of
+    a create form."""
     return Team.objects.filter(pk__in=team_ids(user, capability=capability)).order_by("name")
 
 
-def team_for_new(user: Any, capability: str, *, team: Team | int | str | None = None) -> Team:
-    """The team a new object of the user's goes to: ``team`` (an id or a name) when given and the
-    user holds ``capability`` there, else the one such team. ValueError naming the choice
-    otherwise (a form or API turns it into a 400 on its ``team`` field)."""
+def team_for_new(user: Any, capability: str | None, *, team: Team | int | str | None = None) -> Team:
+    """The team a new object (or token) of the user's goes to: ``team`` (a Team, an id or a name)
+    when given and the user holds ``capability`` there (None: is a member), else the one such team.
+    ValueError naming the choice otherwise (a form or API turns it into a 400 on ``team``)."""
     allowed = list(teams_where(user, capability))
     if team is not None and team != "":
         key = team.pk if isinstance(team, Team) else team
