@@ -45,7 +45,7 @@ def envbool(name: str, default: bool) -> bool:
     raise SettingsError(f"{name}={value!r} is not a boolean: use true/false, yes/no, on/off or 1/0")
 
 
-def envint(name: str, default: int, *, minimum: int | None = None) -> int:
+def envint(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
     value = _raw(name)
     if value is None:
         return default
@@ -55,6 +55,8 @@ def envint(name: str, default: int, *, minimum: int | None = None) -> int:
         raise SettingsError(f"{name}={value!r} is not an integer") from None
     if minimum is not None and number < minimum:
         raise SettingsError(f"{name}={number} must be at least {minimum}")
+    if maximum is not None and number > maximum:
+        raise SettingsError(f"{name}={number} must be at most {maximum}")
     return number
 
 

@@ -245,6 +245,10 @@ SPECREVIEW_TRACE_MAX_BYTES = envint("SPECREVIEW_TRACE_MAX_BYTES", 200 * 1024 * 1
 SPECREVIEW_TRACE_MAX_LINE_BYTES = envint("SPECREVIEW_TRACE_MAX_LINE_BYTES", 16 * 1024 * 1024, minimum=1024)
 SPECREVIEW_TRACE_MAX_DEPTH = envint("SPECREVIEW_TRACE_MAX_DEPTH", 64, minimum=2)
 SPECREVIEW_MAX_TOKENS_CEILING = envint("SPECREVIEW_MAX_TOKENS_CEILING", 32768, minimum=1)
+# Distinct approvers a submitted decision needs (none of them its drafter, editors or submitter);
+# a draft may set its own (Decision.approvals_required), and submission fixes the number.
+# The bounds are console.decisions.limits.APPROVALS_MIN/MAX.
+SPECREVIEW_APPROVALS_REQUIRED = envint("SPECREVIEW_APPROVALS_REQUIRED", 1, minimum=1, maximum=10)
 if envbool("SPECREVIEW_APPROVER_MAY_SIGN_OWN", False):
     # Removed: separation of duties has no switch (docs/authorization.md). Fail rather than
     # let an operator believe self-signing still works.

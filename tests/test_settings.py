@@ -39,6 +39,9 @@ def _start(env_overrides: dict[str, str]) -> subprocess.CompletedProcess:
         ("SPECREVIEW_WEBHOOK_URLS", "file:///etc/passwd"),
         ("SPECREVIEW_WEBHOOK_URLS", "https://hooks.example.org/x"),  # without the secret that signs
         ("SPECREVIEW_NOTIFY_RETRIES", "-1"),
+        ("SPECREVIEW_APPROVALS_REQUIRED", "0"),
+        ("SPECREVIEW_APPROVALS_REQUIRED", "11"),
+        ("SPECREVIEW_APPROVALS_REQUIRED", "two"),
     ],
 )
 def test_it_refuses_to_start_with_a_bad_setting(name, value):
