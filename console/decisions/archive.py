@@ -21,7 +21,10 @@ from typing import Any
 from console import jsonutil
 
 GENESIS = "0" * 64
-BUNDLE_SCHEMA = "specreview.decision-bundle/1"
+# /2: every signature (``signoffs``) and the approvals it needed (``approvals_required``); ``signoff``
+# is still the signature that signed it.
+BUNDLE_SCHEMA = "specreview.decision-bundle/2"
+LATER_SECTIONS = ("signoffs", "approvals_required")
 
 
 def _normalise(value: Any) -> Any:
@@ -75,7 +78,8 @@ def chain_verify(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     Each record: ``sequence``, ``decision_id``, ``bundle`` (text), ``bundle_sha256``,
     ``previous_sha256``, ``record_sha256``, ``archived_at`` (ISO text), and optionally ``live``:
     the canonical decision and sign-off as the database holds them now, which must equal the
-    bundle's ``decision`` and ``signoff`` sections, and ``live_audit``: the decision's audit
+    bundle's ``decision`` and ``signoff`` sections (and ``signoffs``, ``approvals_required`` in
+    bundles that have them), and ``live_audit``: the decision's audit
     events as the database holds them now, which must still hold every event the bundle
     recorded (:func:`audit_trail_problem`), and ``live_signer``: the signer's name the sign-off
     row recorded, which must be the bundle's ``names.signer``. Returns ``{"ok", "checked", "break"}`` where
@@ -111,7 +115,9 @@ def chain_verify(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             elif bundle.get("decision", {}).get("id") != rec["decision_id"]:
                 reason = "bundle names another decision"
             elif rec.get("live") is not None:
-                for section in ("decision", "signoff"):
+                # Bundles archived before N of M approvals have no "signoffs" or "approvals_required".
+                sections = ("decision", "signoff", *(k for k in LATER_SECTIONS if k in bundle))
+                for section in sections:
                     if canonical_json(rec["live"].get(section)) != canonical_json(bundle.get(section)):
                         reason = f"the {section} row in the database differs from its archived bundle"
                         break

@@ -13,6 +13,8 @@ from typing import Any
 from console.exports import site_path_problem
 
 TEXT_MAX_CHARS = 200_000
+# Distinct approvers a decision may require (SPECREVIEW_APPROVALS_REQUIRED has the same bounds).
+APPROVALS_MIN, APPROVALS_MAX = 1, 10
 NOTE_MAX_CHARS = 10_000
 FIELD_MAX_CHARS = {
     "title": 200,

@@ -1,11 +1,12 @@
 """Decisions: a proposal with its computed gate, checklist, rollback plan, sign-off and archive.
 
 Invariant held here (not a workflow): once a decision is signed (approved, rejected or approved
-with conditions) its row, its sign-off and its archive record are never changed or deleted.
+with conditions) its row, its sign-offs and its archive record are never changed or deleted; a
+sign-off is never changed or deleted from the moment it is written, signed decision or not.
 The model refuses ``save()``/``delete()`` on a row that was loaded signed; on PostgreSQL a
 trigger (migration 0002) also refuses UPDATE/DELETE at the database level, so a queryset
 ``update()`` or raw SQL cannot slip past either, and another (migration 0004) refuses TRUNCATE. Workflows (drafting, submitting, signing,
-archiving) live in ``services.py``.
+archiving) live in ``services.py`` and ``signing.py``.
 """
 
 from __future__ import annotations
@@ -65,6 +66,12 @@ class Decision(models.Model):
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="superseding"
     )
     status = models.CharField(max_length=30, choices=Status.choices, default=Status.DRAFT)
+    approvals_required = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="distinct approvers it needs; empty: the deployment's SPECREVIEW_APPROVALS_REQUIRED "
+        "(submission fixes the number)",
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -85,6 +92,31 @@ class Decision(models.Model):
     @property
     def is_signed(self) -> bool:
         return self.status in self.SIGNED_STATUSES
+
+    @property
+    def approvals_needed(self) -> int:
+        """Distinct approvals that sign it: its own number, fixed at submission; a draft without one
+        follows the deployment's setting; a decision submitted before approvals were counted needs one."""
+        if self.approvals_required is not None:
+            return self.approvals_required
+        if self.status == self.Status.DRAFT:
+            return settings.SPECREVIEW_APPROVALS_REQUIRED
+        return 1
+
+    @property
+    def signoff(self) -> SignOff | None:
+        """The signature that signed it (the last one: the approval that completed the count, or the
+        rejection); None until it is signed. Reads ``signoffs`` (a prefetch when there is one)."""
+        if self.pk is None or not self.is_signed:
+            return None
+        rows = self.signatures()
+        return rows[-1] if rows else None
+
+    def signatures(self) -> list[SignOff]:
+        """Every signature, in the order they were made."""
+        if self.pk is None:
+            return []
+        return sorted(self.signoffs.all(), key=lambda s: (s.signed_at, s.pk))
 
     @property
     def was_signed_when_loaded(self) -> bool:
@@ -118,7 +150,10 @@ class _AppendOnly(models.Model):
 
 
 class SignOff(_AppendOnly):
-    decision = models.OneToOneField(Decision, on_delete=models.PROTECT, related_name="signoff")
+    """One approver's signature: a decision collects ``approvals_needed`` approvals from distinct
+    approvers, or one rejection (signing is ``decisions.signing``)."""
+
+    decision = models.ForeignKey(Decision, on_delete=models.PROTECT, related_name="signoffs")
     signer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     # A user may be renamed later; what pages and the API show is the name that signed.
     signer_username = models.CharField(
@@ -130,6 +165,12 @@ class SignOff(_AppendOnly):
     conditions = models.TextField(blank=True)
     override_reason = models.TextField(blank=True, help_text="why it was approved with a failing gate")
     signed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["signed_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["decision", "signer"], name="decisions_signoff_one_per_signer")
+        ]
 
 
 class ArchiveRecord(_AppendOnly):
@@ -161,6 +202,7 @@ class AuditEvent(_AppendOnly):
         CREATED = "created"
         EDITED = "edited"
         SUBMITTED = "submitted"
+        APPROVAL = "approval"  # a signature that leaves the decision waiting for more approvals
         SIGNED = "signed"
         SUPERSEDED = "superseded"
         EXPORTED = "exported"

@@ -48,7 +48,9 @@ def event_payload(*, event: str, decision: Decision) -> dict[str, Any]:
             "experiment_id": decision.experiment_id,
             "gate": (decision.gate or {}).get("overall"),
             "path": f"/decisions/{decision.pk}/",
-            "signer": signoff.signer_username if signoff else None,
+            "signer": signoff.signer_username if signoff else None,  # the last signature
+            "signers": [s.signer_username for s in decision.signatures()] if signoff else [],
+            "approvals_required": decision.approvals_needed,
             "archive": {"sequence": record.sequence, "record_sha256": record.record_sha256}
             if record
             else None,

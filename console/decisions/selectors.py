@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
 from typing import Any
 
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import OuterRef, Prefetch, Q, QuerySet, Subquery
 
 from console.accounts import roles, teams
 from console.analysis.comparison.schema import Summary
 from console.analysis.selectors import comparison_summary_for_experiment
 from console.decisions import archive
-from console.decisions.models import ArchiveRecord, AuditEvent, Decision
-from console.experiments.models import Arm, Experiment
+from console.decisions.evidence import decision_evidence
+from console.decisions.models import ArchiveRecord, AuditEvent, Decision, SignOff
+from console.experiments.models import Experiment
 from console.jsonutil import json_safe
-from workers.engines.redaction import config_redact, document_redact
+from workers.engines.redaction import document_redact
 
 
 def decision_comparison(*, experiment: Experiment) -> Summary | None:
@@ -39,7 +39,9 @@ def decisions_list(
     """The decisions of the user's teams, newest first, filtered by target model (substring),
     status, creation date."""
     qs = teams.visible(
-        Decision.objects.select_related("experiment", "candidate_arm__config", "created_by", "signoff__signer"),
+        Decision.objects.select_related("experiment", "candidate_arm__config", "created_by").prefetch_related(
+            "signoffs"
+        ),
         user,
     )
     if archived_only:
@@ -60,6 +62,16 @@ def decisions_list(
     if date_to:
         qs = qs.filter(created_at__date__lte=date_to)
     return qs.distinct()
+
+
+def final_signature_columns() -> dict[str, Subquery]:
+    """Annotations for a decisions queryset: ``final_signer`` and ``final_signed_at`` of the last
+    signature (what an archive list sorts by; one row per decision, however many signed)."""
+    last = SignOff.objects.filter(decision=OuterRef("pk")).order_by("-signed_at", "-id")
+    return {
+        "final_signer": Subquery(last.values("signer_username")[:1]),
+        "final_signed_at": Subquery(last.values("signed_at")[:1]),
+    }
 
 
 def decision_superseded_by(*, decision: Decision) -> Decision | None:
@@ -113,101 +125,11 @@ def decision_sign_refusal(*, decision: Decision, user: Any) -> str | None:
     return f"you {what} this decision: someone else must sign"
 
 
-def config_export(config: Any) -> dict[str, Any]:
-    """A ServingConfig as a plain dict, the form the rollback plan and the bundle carry; a key a
-    config stored before configs were validated is ``[redacted]`` (``content_hash`` is the
-    stored row's)."""
-    return {
-        "name": config.name,
-        "engine": config.engine,
-        "target_model": config.target_model,
-        "engine_args": config_redact(config.engine_args),
-        "speculative_config": config_redact(config.speculative_config),
-        "content_hash": config.content_hash,
-    }
-
-
 def decision_snapshot_shown(*, decision: Decision) -> dict[str, Any]:
     """:func:`decision_snapshot` as pages, the API and exports show it: without keys that rows
     stored before configs were validated may hold (the raw snapshot stays what the archive
     check compares)."""
     return document_redact(decision_snapshot(decision=decision))
-
-
-def experiment_baseline_arm(*, experiment: Experiment) -> Arm | None:
-    return experiment.arms.select_related("config").filter(is_baseline=True).first()
-
-
-def decision_evidence(
-    *, experiment: Experiment, candidate_arm: Arm | None, facts: Mapping[str, Any]
-) -> dict[str, Any]:
-    """What the checklist and the bundle read from the database: trace, configs, versions,
-    hardware, request counts with structured output or tools."""
-    trace = experiment.trace
-    baseline = experiment_baseline_arm(experiment=experiment)
-    runs = list(experiment.runs.select_related("arm").order_by("order"))
-    versions: dict[str, dict[str, str]] = {}
-    hardware: dict[str, Any] = {}
-    for run in runs:
-        if run.versions:
-            versions.setdefault(run.arm.label, {}).update({str(k): str(v) for k, v in run.versions.items()})
-        if run.hardware:
-            hardware.setdefault(run.arm.label, run.hardware)
-    requests = trace.requests.all()
-    return {
-        "experiment": {
-            "id": experiment.pk,
-            "name": experiment.name,
-            "split": experiment.split,
-            "engine": experiment.engine,
-            "target_model": experiment.target_model,
-            "load_levels": experiment.load_levels,
-            "deadlines": experiment.deadlines,
-            "sampling": experiment.sampling,
-            "repeats": experiment.repeats,
-            "cost_per_hour_usd": experiment.cost_per_hour_usd,
-            "hardware_label": experiment.hardware_label,
-        },
-        "trace": {
-            "id": trace.pk,
-            "name": trace.name,
-            "sha256": trace.sha256,
-            "content_sha256": trace.content_sha256,
-            "request_count": trace.request_count,
-            "paired_with": trace.paired_with,
-            "arrival_spec": trace.arrival_spec,
-            "source_format": trace.source_format,
-        },
-        "baseline": config_export(baseline.config) if baseline else {},
-        "candidate": config_export(candidate_arm.config) if candidate_arm else {},
-        "configs": [
-            {"arm": arm.label, "is_baseline": arm.is_baseline} | config_export(arm.config)
-            for arm in experiment.arms.select_related("config").order_by("position")
-        ],
-        "runs": [
-            {
-                "id": run.pk,
-                "arm": run.arm.label,
-                "load": run.load_label,
-                "repeat": run.repeat,
-                "status": run.status,
-                "config_hash": run.config_hash,
-                "versions": run.versions,
-                "hardware": run.hardware,
-            }
-            for run in runs
-        ],
-        "versions": versions,
-        "hardware": hardware,
-        "experiment_sampling": experiment.sampling,
-        "structured": {
-            "response_format": requests.filter(response_format__isnull=False).count(),
-            "tools": requests.filter(tools__isnull=False).count(),
-        },
-        "stats_reported": list(facts.get("stats_reported") or []),
-        "acceptance_by_task": bool(facts.get("acceptance_by_task")),
-        "facts": dict(facts),
-    }
 
 
 def iso_utc(value: dt.datetime | None) -> str | None:
@@ -243,28 +165,53 @@ def decision_snapshot(*, decision: Decision) -> dict[str, Any]:
         },
         "signoff": None,
     }
-    signoff = getattr(decision, "signoff", None) if decision.pk else None
-    if signoff is not None:
-        out["signoff"] = {
-            "signer_id": signoff.signer_id,
-            "role": signoff.signer_role,
-            "verdict": signoff.verdict,
-            "comment": signoff.comment,
-            "conditions": signoff.conditions,
-            "override_reason": signoff.override_reason,
-            "signed_at": iso_utc(signoff.signed_at),
-        }
+    signatures = decision.signatures() if decision.pk else []
+    if decision.is_signed and signatures:
+        out["signoff"] = _signoff_row(signatures[-1])  # the one that signed: as bundles before N of M
+    # Sections bundles carry since N of M approvals (verify_archive compares them where present).
+    out["approvals_required"] = decision.approvals_needed
+    out["signoffs"] = [_signoff_row(s) | {"signer_username": s.signer_username} for s in signatures]
     return json_safe(out)
+
+
+def _signoff_row(signoff: SignOff) -> dict[str, Any]:
+    return {
+        "signer_id": signoff.signer_id,
+        "role": signoff.signer_role,
+        "verdict": signoff.verdict,
+        "comment": signoff.comment,
+        "conditions": signoff.conditions,
+        "override_reason": signoff.override_reason,
+        "signed_at": iso_utc(signoff.signed_at),
+    }
+
+
+def decision_approvals(*, decision: Decision) -> dict[str, Any]:
+    """How far signing has come: ``required`` (approvals it needs), ``count`` (approvals so far),
+    ``signatures`` (every SignOff, in order), ``conditions`` (every approval's conditions, with
+    who set them), ``label`` ("1 of 2 approvals")."""
+    signatures = decision.signatures()
+    required = decision.approvals_needed
+    count = sum(1 for s in signatures if s.verdict != Decision.Status.REJECTED)
+    return {
+        "required": required,
+        "count": count,
+        "signatures": signatures,
+        "conditions": [
+            {"signer": s.signer_username, "conditions": s.conditions} for s in signatures if s.conditions
+        ],
+        "label": f"{count} of {required} approval{'s' if required != 1 else ''}",
+    }
 
 
 def decision_names(*, decision: Decision) -> dict[str, Any]:
     """Human-readable names for the ids in the snapshot: the drafter's and the arm's as they are
     now, the signer's as recorded at signing (the bundle keeps all of them as they were then)."""
     arm = decision.candidate_arm
-    signoff = getattr(decision, "signoff", None) if decision.pk and decision.is_signed else None
+    signoff = decision.signoff
     return {
         "created_by": decision.created_by.username,
-        "signer": signoff.signer_username if signoff else None,  # the name that signed
+        "signer": signoff.signer_username if signoff else None,  # the name that signed (the last one)
         "candidate_arm": arm.label if arm else None,
         "candidate_config_hash": arm.config.content_hash if arm else None,
     }
@@ -298,10 +245,10 @@ def archive_verify() -> dict[str, Any]:
     result plus ``count`` (records) and ``head_sha256`` (the last record's hash: an auditor who
     notes it can later tell whether records were removed from the end of the chain)."""
     records = (
-        ArchiveRecord.objects.select_related(
-            "decision__candidate_arm__config", "decision__created_by", "decision__signoff__signer"
+        ArchiveRecord.objects.select_related("decision__candidate_arm__config", "decision__created_by")
+        .prefetch_related(
+            Prefetch("decision__events", queryset=AuditEvent.objects.order_by("at", "id")), "decision__signoffs"
         )
-        .prefetch_related(Prefetch("decision__events", queryset=AuditEvent.objects.order_by("at", "id")))
         .order_by("sequence")
     )
 
@@ -317,7 +264,7 @@ def archive_verify() -> dict[str, Any]:
                 "archived_at": iso_utc(rec.archived_at),
                 "live": decision_snapshot(decision=rec.decision),
                 "live_audit": [audit_event_live(e) for e in rec.decision.events.all()],
-                "live_signer": getattr(getattr(rec.decision, "signoff", None), "signer_username", None),
+                "live_signer": getattr(rec.decision.signoff, "signer_username", None),
             }
 
     result = archive.chain_verify(rows())

@@ -1,6 +1,7 @@
-"""Writes: draft, edit, submit, sign (and archive), record exports. Every state change writes an
-audit event with who and when. What a draft computes is in ``decisions.recompute``, the rollback
-plan it starts with in ``decisions.rollback``, the archive append in ``decisions.archiving``.
+"""Writes: draft, edit, submit, record exports. Every state change writes an audit event with who
+and when. What a draft computes is in ``decisions.recompute``, the rollback plan it starts with in
+``decisions.rollback``; signing (each approver's signature, the last one archiving) is
+``decisions.signing``, the archive append ``decisions.archiving``.
 
 Errors: ``DecisionError`` (an invalid request: a message a user can act on), ``FrozenDecisionError``
 (signed: it cannot change), ``PermissionDenied`` (role in the experiment's team, or separation of
@@ -12,27 +13,38 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
-from django.db import IntegrityError, transaction
+from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
-from console.accounts import roles, teams
-from console.accounts.services import user_role
+from console.accounts import roles
 from console.analysis.comparison.schema import Summary
 from console.decisions import checklist, gate, notifications, selectors
-from console.decisions.archiving import archive_record_append
-from console.decisions.gate.constants import TITLES
-from console.decisions.limits import decision_text_problems
-from console.decisions.models import AuditEvent, Decision, FrozenDecisionError, SignOff
+from console.decisions.audit import DecisionError, audit_event_write, permission_require
+from console.decisions.evidence import config_export, experiment_baseline_arm
+from console.decisions.limits import APPROVALS_MAX, APPROVALS_MIN, decision_text_problems
+from console.decisions.models import AuditEvent, Decision, FrozenDecisionError
 from console.decisions.recompute import decision_recompute
 from console.decisions.rollback import DEFAULT_ROLLBACK_STEPS, default_rollback_triggers
+
+# Signing moved to decisions.signing; these names stay here for callers of services.decision_sign.
+from console.decisions.signing import SIGN_VERDICTS, decision_sign, override_required
 from console.decisions.words import checklist_words
-from console.errors import Conflict
 from console.experiments.models import Arm, Experiment
-from console.jsonutil import json_safe
 from console.traces.models import TRAFFIC_CLASSES
 
-SIGN_VERDICTS = (Decision.Status.APPROVED, Decision.Status.REJECTED, Decision.Status.APPROVED_WITH_CONDITIONS)
+__all__ = [
+    "SIGN_VERDICTS",
+    "DecisionError",
+    "decision_create",
+    "decision_export_record",
+    "decision_sign",
+    "decision_submit",
+    "decision_submit_problems",
+    "decision_update",
+    "override_required",
+]
+
 EDITABLE_FIELDS = (
     "title",
     "proposal",
@@ -48,6 +60,7 @@ EDITABLE_FIELDS = (
     "rollback_steps",
     "rollback_owner",
     "rollback_verification",
+    "approvals_required",
 )
 # What a null in ``changes`` means for each field that has a "nothing" (the API's PATCH declares
 # exactly these nullable); a title, a proposal and a traffic class always have a value.
@@ -62,28 +75,8 @@ CLEARED_BY_NULL: dict[str, Any] = {
     "rollback_steps": "",
     "rollback_owner": "",
     "rollback_verification": "",
+    "approvals_required": None,  # the deployment's number
 }
-
-
-class DecisionError(ValueError):
-    """An invalid request about a decision; the message says what to fix."""
-
-
-def _audit(*, decision: Decision, action: str, actor: Any, details: Mapping[str, Any] | None = None) -> AuditEvent:
-    return AuditEvent.objects.create(
-        decision=decision,
-        action=action,
-        actor=actor,
-        actor_role=user_role(actor, team_id=teams.team_id_of(decision)) or "",
-        at=timezone.now(),
-        details=json_safe(dict(details or {})),
-    )
-
-
-def _require(user: Any, perm: str, *, experiment: Experiment) -> None:
-    """PermissionDenied unless ``user`` holds ``perm`` in the team owning ``experiment`` (and so the decision)."""
-    if not teams.can(user, perm, team_id=teams.team_id_of(experiment)):
-        raise PermissionDenied(f"needs permission {perm} in the experiment's team")
 
 
 def _validate_arm(experiment: Experiment, proposal: str, arm: Arm | None) -> None:
@@ -125,8 +118,21 @@ def _validate_changes(changes: Mapping[str, Any]) -> None:
         raise DecisionError(f"unknown proposal {changes['proposal']!r}")
     if "traffic_class" in changes:
         _traffic_class_check(changes["traffic_class"])
+    if "approvals_required" in changes:
+        approvals_required_check(changes["approvals_required"])
     if problems := decision_text_problems(changes):
         raise DecisionError("; ".join(problems))
+
+
+def approvals_required_check(value: Any) -> None:
+    """A decision's own number of approvals: None (the deployment's) or an integer in 1..10."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not APPROVALS_MIN <= value <= APPROVALS_MAX:
+        raise DecisionError(
+            f"approvals_required: a whole number from {APPROVALS_MIN} to {APPROVALS_MAX}, or empty for the "
+            f"deployment's ({settings.SPECREVIEW_APPROVALS_REQUIRED}); got {str(value)[:40]!r}"
+        )
 
 
 def _traffic_class_check(value: Any) -> None:
@@ -161,20 +167,22 @@ def decision_create(
     gate_settings: dict | None = None,
     supersedes: Decision | None = None,
     comparison: Summary | None = None,
+    approvals_required: int | None = None,
 ) -> Decision:
     """Draft a decision from ``experiment``; the gate is computed from ``comparison`` (the
     analysis summary; None = not measured yet) and the rollback plan pre-filled with the
     baseline's config and triggers from the evidence."""
-    _require(author, roles.DRAFT_DECISION, experiment=experiment)
+    permission_require(author, roles.DRAFT_DECISION, experiment=experiment)
     if proposal not in Decision.Proposal.values:
         raise DecisionError(f"unknown proposal {proposal!r}")
     _traffic_class_check(traffic_class)
     _validate_arm(experiment, proposal, candidate_arm)
     if problems := decision_text_problems({"title": title, "rationale": rationale, "policy_ref": policy_ref}):
         raise DecisionError("; ".join(problems))
+    approvals_required_check(approvals_required)
     if supersedes is not None and not supersedes.is_signed:
         raise DecisionError("only a signed decision can be superseded")
-    baseline = selectors.experiment_baseline_arm(experiment=experiment)
+    baseline = experiment_baseline_arm(experiment=experiment)
     decision = Decision(
         title=title.strip() or f"Decision on {experiment.name}"[:200],
         experiment=experiment,
@@ -186,8 +194,9 @@ def decision_create(
         policy_ref=policy_ref,
         gate_settings=_gate_settings_checked(gate_settings, experiment=experiment),
         supersedes=supersedes,
+        approvals_required=approvals_required,
         created_by=author,
-        rollback_revert_config=selectors.config_export(baseline.config) if baseline else {},
+        rollback_revert_config=config_export(baseline.config) if baseline else {},
         rollback_steps=DEFAULT_ROLLBACK_STEPS,
     )
     decision_recompute(decision=decision, comparison=comparison)
@@ -196,7 +205,7 @@ def decision_create(
     )
     decision_recompute(decision=decision, comparison=None)
     decision.save()
-    _audit(
+    audit_event_write(
         decision=decision,
         action=AuditEvent.Action.CREATED,
         actor=author,
@@ -210,7 +219,7 @@ def decision_update(
     *, decision: Decision, actor: Any, changes: Mapping[str, Any], comparison: Summary | None = None
 ) -> Decision:
     """Edit a draft (fields in ``EDITABLE_FIELDS``); recomputes the gate and checklist."""
-    _require(actor, roles.DRAFT_DECISION, experiment=decision.experiment)
+    permission_require(actor, roles.DRAFT_DECISION, experiment=decision.experiment)
     decision = Decision.objects.select_for_update().get(pk=decision.pk)
     if decision.is_signed:
         raise FrozenDecisionError(f"decision #{decision.pk} is signed and archived: it cannot be edited")
@@ -234,7 +243,7 @@ def decision_update(
     _validate_arm(decision.experiment, decision.proposal, decision.candidate_arm)
     decision_recompute(decision=decision, comparison=comparison)
     decision.save()
-    _audit(
+    audit_event_write(
         decision=decision, action=AuditEvent.Action.EDITED, actor=actor, details={"fields": sorted(changed)}
     )
     return decision
@@ -263,7 +272,7 @@ def decision_submit_problems(*, decision: Decision) -> list[str]:
 @transaction.atomic
 def decision_submit(*, decision: Decision, actor: Any) -> Decision:
     """draft -> submitted, once the rationale, checklist and rollback plan are complete."""
-    _require(actor, roles.DRAFT_DECISION, experiment=decision.experiment)
+    permission_require(actor, roles.DRAFT_DECISION, experiment=decision.experiment)
     decision = Decision.objects.select_for_update().get(pk=decision.pk)
     if decision.status != Decision.Status.DRAFT:
         raise DecisionError(f"decision #{decision.pk} is {decision.status}: only a draft can be submitted")
@@ -273,128 +282,21 @@ def decision_submit(*, decision: Decision, actor: Any) -> Decision:
         raise DecisionError("; ".join(problems))
     decision.status = Decision.Status.SUBMITTED
     decision.submitted_at = timezone.now()
+    # Fixed now: a later change of the deployment's setting does not move a decision in flight.
+    decision.approvals_required = decision.approvals_required or settings.SPECREVIEW_APPROVALS_REQUIRED
     decision.save()
-    _audit(decision=decision, action=AuditEvent.Action.SUBMITTED, actor=actor)
+    audit_event_write(
+        decision=decision,
+        action=AuditEvent.Action.SUBMITTED,
+        actor=actor,
+        details={"approvals_required": decision.approvals_required},
+    )
     notifications.notify(event="decision.submitted", decision=decision)
     return decision
 
 
-def override_required(*, decision: Decision, verdict: str) -> list[str]:
-    """Gate criteria that an approval of ``decision`` must override: every criterion that did not
-    pass, failing or not measured, whatever the proposal (keeping speculation off is judged as
-    that choice); none for a rejection. A gate that was never computed needs an override too."""
-    if verdict == Decision.Status.REJECTED:
-        return []
-    computed = decision.gate or {}
-    if not computed.get("criteria"):
-        return ["gate not computed"]
-    return gate.gate_not_passing(computed)
-
-
-@transaction.atomic
-def decision_sign(
-    *,
-    decision: Decision,
-    signer: Any,
-    verdict: str,
-    comment: str,
-    conditions: str = "",
-    override_reason: str = "",
-) -> Decision:
-    """Sign a submitted decision (approve, reject, approve with conditions), freeze it, append it
-    to the archive chain and notify (``decisions.notifications``).
-
-    Only an approver of its team may sign, never one who drafted, edited or submitted it (separation
-    of duties, from the audit trail: ``PermissionDenied``); the comment is required, conditions too
-    when approving with conditions, an override reason when approving over a failing gate
-    criterion. Two approvers at once: the row lock (PostgreSQL) or the immediate write
-    transaction (SQLite) lets one through; the other gets ``Conflict``."""
-    _require(signer, roles.SIGN_DECISION, experiment=decision.experiment)
-    decision = Decision.objects.select_for_update().select_related("created_by").get(pk=decision.pk)
-    if decision.is_signed:
-        raise Conflict(_signed_already(decision))
-    if decision.status != Decision.Status.SUBMITTED:
-        raise DecisionError(f"decision #{decision.pk} is {decision.status}: submit it before signing")
-    refusal = selectors.decision_sign_refusal(decision=decision, user=signer)
-    if refusal:
-        raise PermissionDenied(refusal)
-    failing = _signoff_checked(
-        decision=decision,
-        verdict=verdict,
-        comment=comment,
-        conditions=conditions,
-        override_reason=override_reason,
-    )
-    now = timezone.now()
-    try:
-        with transaction.atomic():
-            SignOff.objects.create(
-                decision=decision,
-                signer=signer,
-                signer_username=signer.get_username(),
-                signer_role=user_role(signer, team_id=teams.team_id_of(decision)) or "",
-                verdict=verdict,
-                comment=comment.strip(),
-                conditions=conditions.strip(),
-                override_reason=override_reason.strip() if failing else "",
-                signed_at=now,
-            )
-    except IntegrityError:
-        # Only reachable if the lock above was bypassed: the one-to-one still refuses a second.
-        raise Conflict(_signed_already(decision)) from None
-    decision.status = verdict
-    decision.save()
-    _audit(
-        decision=decision,
-        action=AuditEvent.Action.SIGNED,
-        actor=signer,
-        details={"verdict": verdict, "overridden": failing},
-    )
-    decision = Decision.objects.select_related("candidate_arm__config", "created_by", "signoff__signer").get(
-        pk=decision.pk
-    )
-    record = archive_record_append(decision=decision)
-    if decision.supersedes_id and verdict != Decision.Status.REJECTED:
-        _audit(
-            decision=decision.supersedes,  # type: ignore[arg-type]
-            action=AuditEvent.Action.SUPERSEDED,
-            actor=signer,
-            details={"by_decision": decision.pk, "by_record_sha256": record.record_sha256},
-        )
-    notifications.notify(event="decision.signed", decision=decision)
-    return decision
-
-
-def _signoff_checked(
-    *, decision: Decision, verdict: str, comment: str, conditions: str, override_reason: str
-) -> list[str]:
-    """The gate criteria this sign-off overrides (see :func:`override_required`), once the verdict
-    and the texts are valid for it; ``DecisionError`` naming what to fix otherwise."""
-    if verdict not in SIGN_VERDICTS:
-        raise DecisionError(f"verdict must be one of {', '.join(SIGN_VERDICTS)}")
-    if not comment.strip():
-        raise DecisionError("a sign-off needs a comment")
-    texts = {"comment": comment, "conditions": conditions, "override_reason": override_reason}
-    if problems := decision_text_problems(texts):
-        raise DecisionError("; ".join(problems))
-    if verdict == Decision.Status.APPROVED_WITH_CONDITIONS and not conditions.strip():
-        raise DecisionError("approving with conditions needs the conditions")
-    failing = override_required(decision=decision, verdict=verdict)
-    if failing and not override_reason.strip():
-        raise DecisionError(
-            "the gate does not pass ("
-            + "; ".join(TITLES.get(k, k) for k in failing)
-            + "): approving needs an override reason"
-        )
-    return failing
-
-
-def _signed_already(decision: Decision) -> str:
-    signoff = SignOff.objects.filter(decision_id=decision.pk).first()
-    who = f" by {signoff.signer_username} at {selectors.iso_utc(signoff.signed_at)}" if signoff else ""
-    return f"decision #{decision.pk} was already signed{who}: your sign-off was not recorded"
-
-
 def decision_export_record(*, decision: Decision, actor: Any, fmt: str) -> AuditEvent:
     """Record that ``actor`` exported ``decision`` as ``fmt`` (markdown, pdf, bundle)."""
-    return _audit(decision=decision, action=AuditEvent.Action.EXPORTED, actor=actor, details={"format": fmt})
+    return audit_event_write(
+        decision=decision, action=AuditEvent.Action.EXPORTED, actor=actor, details={"format": fmt}
+    )
