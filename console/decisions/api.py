@@ -13,8 +13,8 @@ from pydantic import Field, StrictFloat, StrictInt
 from console.accounts import roles, teams
 from console.analysis.comparison.schema import ComparisonSchemaError
 from console.apikit import MAX_ID, ApiError, Id, Open, Strict, access, errors, row_or_404, text
-from console.decisions import selectors, services
-from console.decisions.limits import FIELD_MAX_CHARS, NOTE_MAX_CHARS
+from console.decisions import selectors, services, signing
+from console.decisions.limits import APPROVALS_MAX, APPROVALS_MIN, FIELD_MAX_CHARS, NOTE_MAX_CHARS
 from console.decisions.models import Decision
 from console.experiments.models import Experiment
 from console.policies.models import SlicePolicy
@@ -57,6 +57,7 @@ def decision_payload(decision: Decision, *, full: bool) -> dict[str, Any]:
     superseded_by = selectors.decision_superseded_by(decision=decision)
     gate = dict(decision.gate or {})
     gate.pop("facts", None)
+    approvals = selectors.decision_approvals(decision=decision)
     out |= {
         "rationale": decision.rationale,
         "policy": decision.policy,
@@ -64,7 +65,11 @@ def decision_payload(decision: Decision, *, full: bool) -> dict[str, Any]:
         "gate": gate,
         "checklist": d["checklist"],
         "rollback": d["rollback"],
+        # The signature that signed it (the last one), as before N of M approvals; every one in signoffs.
         "signoff": (snap["signoff"] | {"signer": names["signer"]}) if snap["signoff"] else None,
+        "signoffs": [{**row, "signer": row["signer_username"]} for row in snap["signoffs"]],
+        "approvals_required": approvals["required"],
+        "approvals_count": approvals["count"],
         "supersedes_id": decision.supersedes_id,
         "superseded_by_id": superseded_by.pk if superseded_by else None,
         "archive": (
@@ -105,6 +110,12 @@ class ChecklistAnswerIn(Open):
     note: text(NOTE_MAX_CHARS) = ""  # type: ignore[valid-type]
 
 
+Approvals = Annotated[StrictInt, Field(ge=APPROVALS_MIN, le=APPROVALS_MAX)]
+APPROVALS_HELP = (
+    "distinct approvers it needs (none of them its drafter, editors or submitter); "
+    "null: the deployment's SPECREVIEW_APPROVALS_REQUIRED; fixed at submission"
+)
+
 # Lengths are the service's (console.decisions.limits), so the API, the forms and the service agree.
 MAX = FIELD_MAX_CHARS
 CLEARS = "null clears it"
@@ -137,6 +148,7 @@ class DecisionCreateIn(Strict):
     supersedes: Id | None = Field(
         None, description="a signed decision of the same team that this one replaces"
     )
+    approvals_required: Approvals | None = Field(None, description=APPROVALS_HELP)
 
 
 class DecisionPatchIn(Strict):
@@ -156,6 +168,7 @@ class DecisionPatchIn(Strict):
     rollback_steps: text(MAX["rollback_steps"]) | None = Field(None, description=CLEARS)  # type: ignore[valid-type]
     rollback_owner: text(MAX["rollback_owner"]) | None = Field(None, description=CLEARS)  # type: ignore[valid-type]
     rollback_verification: text(MAX["rollback_verification"]) | None = Field(None, description=CLEARS)  # type: ignore[valid-type]
+    approvals_required: Approvals | None = Field(None, description=f"{APPROVALS_HELP}; {CLEARS}")
 
 
 CONDITIONS_HELP = "required with approved_with_conditions"
@@ -163,7 +176,7 @@ OVERRIDE_HELP = "required to approve over a failing gate"
 
 
 class SignoffIn(Strict):
-    verdict: Literal[tuple(services.SIGN_VERDICTS)]  # type: ignore[valid-type]
+    verdict: Literal[tuple(signing.SIGN_VERDICTS)]  # type: ignore[valid-type]
     comment: Annotated[str, Field(pattern=NON_BLANK, max_length=MAX["comment"])]
     conditions: text(MAX["conditions"]) = Field("", description=CONDITIONS_HELP)  # type: ignore[valid-type]
     override_reason: text(MAX["override_reason"]) = Field("", description=OVERRIDE_HELP)  # type: ignore[valid-type]
@@ -185,7 +198,10 @@ class DecisionDetailOut(DecisionOut):
     gate: dict[str, Any]
     checklist: list[Any]
     rollback: dict[str, Any]
-    signoff: dict[str, Any] | None
+    signoff: dict[str, Any] | None = Field(description="the signature that signed it (the last one)")
+    signoffs: list[dict[str, Any]] = Field(description="every signature, in order")
+    approvals_required: int
+    approvals_count: int
     archive: dict[str, Any] | None
     audit: list[dict[str, Any]]
 
@@ -289,6 +305,7 @@ def decision_create_api(request: HttpRequest, payload: DecisionCreateIn):
             policy=policy,
             supersedes=supersedes,
             comparison=selectors.decision_comparison(experiment=experiment),
+            approvals_required=payload.approvals_required,
         )
     except ComparisonSchemaError as exc:
         raise ApiError(409, str(exc)) from None
@@ -364,10 +381,13 @@ def decision_edit(request: HttpRequest, id: Path[Id], payload: DecisionPatchIn):
     **access(capability=roles.SIGN_DECISION, before_body=_signer_guard),
 )
 def decision_signoff(request: HttpRequest, id: Path[Id], payload: SignoffIn):  # type: ignore[valid-type]
-    """Needs permission accounts.sign_decision; an approver cannot sign what they drafted (403)."""
+    """Needs permission accounts.sign_decision; an approver cannot sign what they drafted, edited or
+    submitted (403), nor sign twice (400). Below the decision's ``approvals_required`` an approval
+    is recorded and the decision stays submitted (``approvals_count`` says how far); the last one
+    (or a rejection) signs and archives it; after that, 409 naming who signed."""
     decision = _get(request, id)
     try:
-        decision = services.decision_sign(
+        decision = signing.decision_sign(
             decision=decision,
             signer=request.user,
             verdict=payload.verdict,

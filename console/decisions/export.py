@@ -47,6 +47,8 @@ def decision_document(*, decision: Decision) -> dict[str, Any]:
         "names": selectors.decision_names(decision=decision),
         "decision": snap["decision"],
         "signoff": snap["signoff"],
+        "signoffs": snap["signoffs"],  # every signature, in order (the last one is ``signoff`` once signed)
+        "approvals_required": snap["approvals_required"],
         "proposal_label": decision.get_proposal_display(),
         "status_label": decision.get_status_display(),
         "experiment": evidence["experiment"],
@@ -226,12 +228,13 @@ def _md_rollback(doc: dict[str, Any]) -> list[str]:
 
 
 def _md_signoff(doc: dict[str, Any]) -> list[str]:
-    s = doc["signoff"]
     md = markdown_inline
     out = ["## Sign-off", ""]
-    if s:
+    approvals = sum(1 for s in doc["signoffs"] if s["verdict"] != "rejected")
+    out.append(f"- Approvals required: {doc['approvals_required']} ({approvals} given)")
+    for s in doc["signoffs"]:
         out.append(
-            f"- **{md(VERDICTS.get(s['verdict'], s['verdict'].replace('_', ' ')))}** by {md(doc['names']['signer'])} "
+            f"- **{md(VERDICTS.get(s['verdict'], s['verdict'].replace('_', ' ')))}** by {md(s['signer_username'])} "
             f"({md(s['role'])}) at {md(utc_text(s['signed_at']))}"
         )
         out.append(f"- Comment: {md(s['comment'])}")
@@ -239,7 +242,7 @@ def _md_signoff(doc: dict[str, Any]) -> list[str]:
             out.append(f"- Conditions: {md(s['conditions'])}")
         if s["override_reason"]:
             out.append(f"- **Gate override:** {md(s['override_reason'])}")
-    else:
+    if not doc["signoff"]:
         out.append("_not signed_")
     return out
 

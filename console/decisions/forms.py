@@ -7,13 +7,14 @@ import json
 from typing import Any
 
 from django import forms
+from django.conf import settings as django_settings
 
 from console import numbers
 from console.accounts import teams
 from console.accounts.roles import DRAFT_DECISION
 from console.decisions import checklist as checklist_mod
 from console.decisions import gate
-from console.decisions.limits import NOTE_MAX_CHARS, TEXT_MAX_CHARS
+from console.decisions.limits import APPROVALS_MAX, APPROVALS_MIN, NOTE_MAX_CHARS, TEXT_MAX_CHARS
 from console.decisions.models import Decision
 from console.experiments.models import Arm, Experiment
 from console.exports import site_path_problem
@@ -84,6 +85,18 @@ class PolicyChoiceField(forms.ModelChoiceField):
         return f"policy {obj.pk} on experiment {obj.experiment_id}, {policy_metric_text(obj.metric)}"
 
 
+def approvals_field() -> forms.IntegerField:
+    """A decision's own number of approvers (empty: the deployment's, as it is when submitted)."""
+    return forms.IntegerField(
+        min_value=APPROVALS_MIN,
+        max_value=APPROVALS_MAX,
+        required=False,
+        label="Approvals required",
+        help_text=f"distinct approvers who must sign, none of them a drafter, editor or submitter; empty: "
+        f"this installation's {django_settings.SPECREVIEW_APPROVALS_REQUIRED} (fixed when submitted)",
+    )
+
+
 class DecisionCreateForm(forms.Form):
     experiment = forms.ModelChoiceField(queryset=Experiment.objects.all())
     title = forms.CharField(max_length=200, required=False)
@@ -106,9 +119,11 @@ class DecisionCreateForm(forms.Form):
     supersedes = forms.ModelChoiceField(
         queryset=Decision.objects.filter(status__in=Decision.SIGNED_STATUSES), required=False
     )
+    approvals_required = approvals_field()
 
     def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["approvals_required"] = approvals_field()  # the help names the setting as it is now
         # Only what the user's teams own, drafted where they may draft: another team's id is "not
         # one of the available choices", and its objects are never listed.
         drafting = teams.team_ids(user, capability=DRAFT_DECISION)
@@ -160,9 +175,11 @@ class DecisionEditForm(forms.Form):
     rollback_steps = forms.CharField(widget=forms.Textarea, required=False, max_length=TEXT_MAX_CHARS)
     rollback_owner = forms.CharField(max_length=200, required=False)
     rollback_verification = forms.CharField(widget=forms.Textarea, required=False, max_length=TEXT_MAX_CHARS)
+    approvals_required = approvals_field()
 
     def __init__(self, *args: Any, decision: Decision, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.fields["approvals_required"] = approvals_field()  # the help names the setting as it is now
         self.decision = decision
         self.fields["candidate_arm"].queryset = decision.experiment.arms.filter(is_baseline=False)  # type: ignore[attr-defined]
         measured = ((decision.gate or {}).get("facts") or {}).get("memory") or {}
@@ -207,6 +224,7 @@ class DecisionEditForm(forms.Form):
             "rollback_steps": decision.rollback_steps,
             "rollback_owner": decision.rollback_owner,
             "rollback_verification": decision.rollback_verification,
+            "approvals_required": decision.approvals_required,
         }
         for key, given in (decision.checklist_answers or {}).items():
             initial[f"check_{key}"] = given.get("answer") or ""
@@ -268,6 +286,7 @@ class DecisionEditForm(forms.Form):
             "rollback_steps": data.get("rollback_steps") or "",
             "rollback_owner": data.get("rollback_owner") or "",
             "rollback_verification": data.get("rollback_verification") or "",
+            "approvals_required": data.get("approvals_required"),
         }
 
 

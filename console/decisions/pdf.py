@@ -182,27 +182,28 @@ def _rollback(doc: dict[str, Any]) -> list[Block]:
 
 
 def _signoff(doc: dict[str, Any]) -> list[Block]:
-    s = doc["signoff"]
-    if not s:
-        return [Heading("Sign-off"), Line("Not signed.", "BodyText")]
-    rows = [
-        ["Verdict", "Signer", "Time"],
-        [
-            VERDICTS.get(s["verdict"], s["verdict"].replace("_", " ")),
-            f"{doc['names']['signer']} ({s['role']})",
-            utc_text(s["signed_at"]),
-        ],
-    ]
+    signatures = doc["signoffs"]
+    approvals = sum(1 for s in signatures if s["verdict"] != "rejected")
     out: list[Block] = [
         Heading("Sign-off"),
-        Grid(rows, (45, 70, 60)),
-        Gap(2),
-        TextBlock("Comment:", s["comment"]),
+        Line(f"Approvals required: {doc['approvals_required']} ({approvals} given).", "BodyText"),
     ]
-    if s["conditions"]:
-        out.append(TextBlock("Conditions:", s["conditions"]))
-    if s["override_reason"]:
-        out.append(TextBlock("GATE OVERRIDE:", s["override_reason"]))
+    if not doc["signoff"]:
+        out.append(Line("Not signed.", "BodyText"))
+    for s in signatures:
+        rows = [
+            ["Verdict", "Signer", "Time"],
+            [
+                VERDICTS.get(s["verdict"], s["verdict"].replace("_", " ")),
+                f"{s['signer_username']} ({s['role']})",
+                utc_text(s["signed_at"]),
+            ],
+        ]
+        out += [Grid(rows, (45, 70, 60)), Gap(2), TextBlock("Comment:", s["comment"])]
+        if s["conditions"]:
+            out.append(TextBlock("Conditions:", s["conditions"]))
+        if s["override_reason"]:
+            out.append(TextBlock("GATE OVERRIDE:", s["override_reason"]))
     return out
 
 

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 from console.accounts import roles, teams
 from console.accounts.access import capability_required
 from console.analysis.comparison.schema import ComparisonSchemaError
-from console.decisions import export, pdf, selectors, services
+from console.decisions import export, pdf, selectors, services, signing
 from console.decisions.forms import ArchiveFilterForm, DecisionCreateForm, DecisionEditForm, SignOffForm
 from console.decisions.gate.constants import TITLES
 from console.decisions.models import Decision, FrozenDecisionError
@@ -106,6 +106,7 @@ def decision_new(request: HttpRequest):
                     policy=policy,
                     supersedes=data.get("supersedes"),
                     comparison=selectors.decision_comparison(experiment=data["experiment"]),
+                    approvals_required=data.get("approvals_required"),
                 )
             except (services.DecisionError, ComparisonSchemaError) as exc:
                 form.add_error(None, str(exc))
@@ -130,22 +131,26 @@ def _detail_page(
 ) -> HttpResponse:
     """The decision page; ``sign_form`` is a refused sign-off, shown with what was typed."""
     record = getattr(decision, "archive", None) if decision.is_signed else None
-    signoff = getattr(decision, "signoff", None) if decision.is_signed else None
+    approvals = selectors.decision_approvals(decision=decision)
     sign_refusal = (
         selectors.decision_sign_refusal(decision=decision, user=request.user)
         if decision.status == Decision.Status.SUBMITTED and _may(request, roles.SIGN_DECISION, decision)
         else None
     )
+    signed_by_you = any(s.signer_id == request.user.pk for s in approvals["signatures"])
     can_sign = (
         _may(request, roles.SIGN_DECISION, decision)
         and decision.status == Decision.Status.SUBMITTED
         and sign_refusal is None
+        and not signed_by_you
     )
     context = {
         "decision": decision,
         "gate": decision.gate or {},
         "record": record,
-        "signoff": signoff,
+        "signoff": decision.signoff,
+        "approvals": approvals,
+        "signed_by_you": signed_by_you,
         "events": selectors.decision_events(decision=decision),
         "superseded_by": selectors.decision_superseded_by(decision=decision),
         "comparison_url": comparison_url(decision.experiment_id),
@@ -249,7 +254,7 @@ def decision_sign(request: HttpRequest, pk: int):
         messages.error(request, "A sign-off needs a verdict and a comment.")
         return _detail_page(request, decision, sign_form=form, status=400)
     try:
-        services.decision_sign(decision=decision, signer=request.user, **form.cleaned_data)
+        decision = signing.decision_sign(decision=decision, signer=request.user, **form.cleaned_data)
     except PermissionDenied:
         raise  # 403, its message on the page (templates/403.html)
     except (Conflict, FrozenDecisionError) as exc:
@@ -260,7 +265,11 @@ def decision_sign(request: HttpRequest, pk: int):
         decision.refresh_from_db()
         return _detail_page(request, decision, sign_form=form, status=400)
     else:
-        messages.success(request, "Signed and archived.")
+        if decision.is_signed:
+            messages.success(request, "Signed and archived.")
+        else:
+            label = selectors.decision_approvals(decision=decision)["label"]
+            messages.success(request, f"Signature recorded: {label}; another approver must sign.")
     return redirect("decisions:detail", pk=decision.pk)
 
 
@@ -305,7 +314,7 @@ def archive_list(request: HttpRequest):
         date_from=filters.get("date_from"),
         date_to=filters.get("date_to"),
         archived_only=True,
-    ).select_related("archive")
+    ).select_related("archive").annotate(**selectors.final_signature_columns())
     decisions = listing(
         request,
         archived,
@@ -314,8 +323,8 @@ def archive_list(request: HttpRequest):
             "title": "title",
             "model": "experiment__target_model",
             "status": "status",
-            "signer": "signoff__signer_username",
-            "signed": "signoff__signed_at",
+            "signer": "final_signer",
+            "signed": "final_signed_at",
         },
         default="-sequence",
     )

@@ -71,13 +71,21 @@ def audit_details_text(details: Mapping[str, Any] | None) -> str:
         return ""
     parts: list[str] = []
     for key, value in details.items():
-        if value is None or value == [] or value == "":
+        if value is None or value == [] or value == "" or key in _SAID_BY_LABEL:
             continue
         parts.append(_part(key, value))
     return " · ".join(parts)
 
 
+# A signature's event says "approval 1 of 2" in its label; the numbers behind it are not repeated.
+_SAID_BY_LABEL = ("approvals", "required")
+
+
 def _part(key: str, value: Any) -> str:
+    if key == "label":
+        return str(value)
+    if key == "status":
+        return f"decision {VERDICTS.get(value, _words(value))}"
     if key == "proposal":
         return f"proposal: {PROPOSALS.get(value, _words(value))}"
     if key == "supersedes":
