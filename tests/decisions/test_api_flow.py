@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from console.decisions.models import Decision
+from console.decisions.models import ArchiveRecord, Decision
 from tests.decisions.conftest import ENGINEER_ANSWERS
 from tests.support.world import policy_make
 
@@ -119,3 +119,64 @@ def test_a_viewer_token_cannot_draft_or_submit(client, experiment, viewer, draft
     body = {"experiment": experiment.pk, "proposal": "enable", "traffic_class": "interactive"}
     assert call(client, "post", "/api/decisions", body, headers).status_code == 403
     assert call(client, "post", f"/api/decisions/{draft.pk}/submit", None, headers).status_code == 403
+
+
+def test_a_decision_needing_two_approvers_is_signed_by_two_tokens(
+    client, experiment, engineer, approver, second_approver, api_token_for
+):
+    from console.decisions.selectors import archive_verify
+
+    eng = api_token_for(engineer)
+    body = {
+        "experiment": experiment.pk,
+        "proposal": "enable",
+        "traffic_class": "interactive",
+        "candidate_arm": "ngram",
+        "approvals_required": 2,
+    }
+    created = call(client, "post", "/api/decisions", body, eng)
+    assert created.status_code == 201, created.content
+    assert created.json()["approvals_required"] == 2 and created.json()["approvals_count"] == 0
+    url = f"/api/decisions/{created.json()['id']}"
+    patch = {
+        "rationale": "p95 TPOT down on interactive traffic",
+        "checklist_answers": ENGINEER_ANSWERS,
+        "rollback_owner": "serving on-call",
+        "rollback_verification": "p95 TPOT back within 15 min",
+    }
+    assert call(client, "patch", url, patch, eng).status_code == 200
+    assert call(client, "post", f"{url}/submit", None, eng).json()["status"] == "submitted"
+    sign = {"verdict": "approved", "comment": "go", "override_reason": "gate read by hand"}
+    first = call(client, "post", f"{url}/signoff", sign, api_token_for(approver))
+    assert first.status_code == 200, first.content
+    one = first.json()
+    assert one["status"] == "submitted" and (one["approvals_count"], one["approvals_required"]) == (1, 2)
+    assert one["archive"] is None and one["signoff"] is None
+    assert [s["signer"] for s in one["signoffs"]] == ["alex-approver"]
+    again = call(client, "post", f"{url}/signoff", sign, api_token_for(approver))
+    assert again.status_code == 400 and "already signed" in again.json()["error"]
+    second = call(client, "post", f"{url}/signoff", sign | {"comment": "agreed"}, api_token_for(second_approver))
+    assert second.status_code == 200, second.content
+    two = second.json()
+    assert two["status"] == "approved" and two["approvals_count"] == 2 and two["archive"]["sequence"] == 1
+    assert two["signoff"]["signer"] == "sam-approver"  # the signature that signed it
+    assert [(s["signer"], s["comment"]) for s in two["signoffs"]] == [("alex-approver", "go"), ("sam-approver", "agreed")]
+    assert [e["action"] for e in two["audit"]] == ["created", "edited", "submitted", "approval", "signed"]
+    bundle = json.loads(ArchiveRecord.objects.get(decision_id=two["id"]).bundle)
+    assert [s["signer_username"] for s in bundle["signoffs"]] == ["alex-approver", "sam-approver"]
+    assert archive_verify()["ok"]
+
+
+@pytest.mark.parametrize("value", [0, 11, "2", True, 2.5])
+def test_approvals_required_outside_one_to_ten_is_a_400(client, experiment, engineer, draft, api_token_for, value):
+    eng = api_token_for(engineer)
+    body = {"experiment": experiment.pk, "proposal": "keep_off", "traffic_class": "interactive"}
+    created = call(client, "post", "/api/decisions", body | {"approvals_required": value}, eng)
+    assert created.status_code == 400 and "approvals_required" in created.json()["details"], created.content
+    patched = call(client, "patch", f"/api/decisions/{draft.pk}", {"approvals_required": value}, eng)
+    assert patched.status_code == 400, patched.content
+    assert call(client, "patch", f"/api/decisions/{draft.pk}", {"approvals_required": 10}, eng).json()[
+        "approvals_required"
+    ] == 10
+    cleared = call(client, "patch", f"/api/decisions/{draft.pk}", {"approvals_required": None}, eng)
+    assert cleared.status_code == 200 and cleared.json()["approvals_required"] == 1  # the deployment's

@@ -1,6 +1,7 @@
 """Two approvers sign the same decision at the same moment: one wins, the other is told who
 did (409 on the API, a message on the page), never a 500 and never two sign-offs. On
-PostgreSQL in-process, on SQLite in a subprocess of its own."""
+PostgreSQL in-process, on SQLite in a subprocess of its own. With N of M approvals (PostgreSQL):
+never more signatures than needed, none lost, one archive record."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 import pytest
 from django.db import connection, transaction
 
-from console.decisions.models import Decision, SignOff
+from console.decisions.models import ArchiveRecord, Decision, SignOff
 from console.decisions.selectors import archive_verify
 from tests.conftest import ROOT
 from tests.decisions.conftest import submitted_make
@@ -91,3 +92,83 @@ def test_it_lets_one_of_two_simultaneous_signers_win_on_sqlite(surface, tmp_path
     out = json.loads(result.stdout.strip().splitlines()[-1])
     _assert_one_winner(surface, out["results"], out["signoffs"])
     assert out["archive_ok"]
+
+
+def _row_held(decision_pk: int):
+    @contextlib.contextmanager
+    def hold():
+        with transaction.atomic():
+            Decision.objects.select_for_update().get(pk=decision_pk)
+            yield
+
+    return hold
+
+
+def _waiting(n: int):
+    def blocked() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            )
+            return cursor.fetchone()[0] >= n
+
+    return blocked
+
+
+@pytest.fixture
+def third_approver(db):
+    from console.accounts.services import user_create
+    from tests.conftest import PASSWORD
+
+    return user_create(username="kim-approver", password=PASSWORD, role="approver")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("surface", ["api", "page"])
+def test_three_approvers_racing_for_two_approvals_make_two_signatures_and_one_record(
+    surface, experiment, engineer, approver, second_approver, third_approver
+):
+    if connection.vendor != "postgresql":
+        pytest.skip("this one needs PostgreSQL")
+    decision = submitted_make(experiment=experiment, author=engineer, approvals_required=2)
+    signers = [approver, second_approver, third_approver]
+    results = sign_race(
+        surface=surface, decision_pk=decision.pk, signers=signers, hold=_row_held(decision.pk), blocked=_waiting(3)
+    )
+    assert not any(r["status"] >= 500 for r in results), results
+    signed = list(SignOff.objects.filter(decision=decision).order_by("id").values_list("signer__username", flat=True))
+    assert len(signed) == 2, (signed, results)
+    assert ArchiveRecord.objects.filter(decision=decision).count() == 1
+    assert Decision.objects.get(pk=decision.pk).status == Decision.Status.APPROVED
+    late = [r for r in results if r["user"] not in signed]
+    assert len(late) == 1, results
+    if surface == "api":
+        assert sorted(r["status"] for r in results) == [200, 200, 409], results
+        assert f"already signed by {signed[0]} and {signed[1]}" in json.loads(late[0]["body"])["error"]
+    else:
+        assert all(r["status"] == 302 for r in results), results
+        assert "your sign-off was not recorded" in late[0]["body"]
+    assert archive_verify()["ok"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_approvers_racing_for_two_approvals_both_count_and_sign_once(
+    experiment, engineer, approver, second_approver
+):
+    if connection.vendor != "postgresql":
+        pytest.skip("this one needs PostgreSQL")
+    decision = submitted_make(experiment=experiment, author=engineer, approvals_required=2)
+    results = sign_race(
+        surface="api",
+        decision_pk=decision.pk,
+        signers=[approver, second_approver],
+        hold=_row_held(decision.pk),
+        blocked=_waiting(2),
+    )
+    assert [r["status"] for r in results] == [200, 200], results
+    assert sorted(json.loads(r["body"])["status"] for r in results) == ["approved", "submitted"]
+    assert SignOff.objects.filter(decision=decision).count() == 2
+    assert ArchiveRecord.objects.filter(decision=decision).count() == 1
+    assert Decision.objects.get(pk=decision.pk).status == Decision.Status.APPROVED
+    assert archive_verify()["ok"]
