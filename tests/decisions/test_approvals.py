@@ -93,7 +93,10 @@ def test_a_rejection_is_final_at_once(experiment, engineer, approver, second_app
     decision = submitted_make(experiment=experiment, author=engineer, approvals_required=3)
     _sign(decision, approver)
     rejected = _sign(decision, second_approver, verdict="rejected")
-    assert rejected.status == Decision.Status.REJECTED and ArchiveRecord.objects.filter(decision=decision).exists()
+    assert (
+        rejected.status == Decision.Status.REJECTED
+        and ArchiveRecord.objects.filter(decision=decision).exists()
+    )
     with pytest.raises(Conflict, match="already signed by alex-approver and sam-approver"):
         _sign(decision, third_approver)
 
@@ -115,12 +118,17 @@ def test_every_approval_over_a_failing_gate_needs_its_override_reason(
 ):
     from tests.decisions.test_services import failing_summary
 
-    decision = submitted_make(experiment=experiment, author=engineer, summary=failing_summary(), approvals_required=2)
+    decision = submitted_make(
+        experiment=experiment, author=engineer, summary=failing_summary(), approvals_required=2
+    )
     _sign(decision, approver, override_reason="accepted risk, ticket 12")
     with pytest.raises(services.DecisionError, match="override reason"):
         _sign(decision, second_approver)
     signed = _sign(decision, second_approver, override_reason="agreed, ticket 12")
-    assert [s.override_reason for s in signed.signatures()] == ["accepted risk, ticket 12", "agreed, ticket 12"]
+    assert [s.override_reason for s in signed.signatures()] == [
+        "accepted risk, ticket 12",
+        "agreed, ticket 12",
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -165,3 +173,18 @@ def test_the_edit_form_sets_the_number(draft, engineer_client):
     assert draft.approvals_required == 4
     response = engineer_client.post(f"/decisions/{draft.pk}/edit/", data | {"approvals_required": "11"})
     assert response.status_code == 200 and b"approvals_required" in response.content
+
+
+def test_verify_archive_names_a_first_signature_rewritten_behind_the_archive(
+    experiment, engineer, approver, second_approver, capsys
+):
+    from tests.decisions.test_archive import run_verify, tamper
+
+    decision = submitted_make(experiment=experiment, author=engineer, approvals_required=2)
+    _sign(decision, approver)
+    _sign(decision, second_approver)
+    assert run_verify(capsys)[0] == 0
+    first = SignOff.objects.get(decision=decision, signer=approver)
+    tamper(f"UPDATE decisions_signoff SET comment = 'forged' WHERE id = {first.pk}")
+    code, message = run_verify(capsys)
+    assert code == 1 and "the sign-offs in the database differ from their archived bundle" in message

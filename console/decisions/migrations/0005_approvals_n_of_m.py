@@ -75,7 +75,9 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name="signoff",
-            constraint=models.UniqueConstraint(fields=("decision", "signer"), name="decisions_signoff_one_per_signer"),
+            constraint=models.UniqueConstraint(
+                fields=("decision", "signer"), name="decisions_signoff_one_per_signer"
+            ),
         ),
         migrations.RunPython(sqlite_guard_restore, migrations.RunPython.noop),
     ]
