@@ -29,7 +29,9 @@ def home(request: HttpRequest):
 def _latest_decision(experiment: Experiment) -> Decision | None:
     """The answer recorded for ``experiment``: its latest signed decision, else its latest draft."""
     decisions = (
-        Decision.objects.filter(experiment=experiment).select_related("candidate_arm").prefetch_related("signoffs")
+        Decision.objects.filter(experiment=experiment)
+        .select_related("candidate_arm")
+        .prefetch_related("signoffs")
     )
     signed = decisions.filter(status__in=Decision.SIGNED_STATUSES).order_by("-created_at").first()
     return signed or decisions.order_by("-created_at").first()

@@ -138,7 +138,9 @@ def _section_problem(section: str, live: Any, archived: Any) -> str:
     if section == "signoffs" and isinstance(live, list) and isinstance(archived, list):
 
         def unnamed(rows: list[Any]) -> str:
-            return canonical_json([{k: v for k, v in dict(r).items() if k != "signer_username"} for r in rows])
+            return canonical_json(
+                [{k: v for k, v in dict(r).items() if k != "signer_username"} for r in rows]
+            )
 
         if len(live) == len(archived) and unnamed(live) == unnamed(archived):
             return "a sign-off's recorded signer name differs from its archived bundle"

@@ -155,12 +155,17 @@ def test_a_decision_needing_two_approvers_is_signed_by_two_tokens(
     assert [s["signer"] for s in one["signoffs"]] == ["alex-approver"]
     again = call(client, "post", f"{url}/signoff", sign, api_token_for(approver))
     assert again.status_code == 400 and "already signed" in again.json()["error"]
-    second = call(client, "post", f"{url}/signoff", sign | {"comment": "agreed"}, api_token_for(second_approver))
+    second = call(
+        client, "post", f"{url}/signoff", sign | {"comment": "agreed"}, api_token_for(second_approver)
+    )
     assert second.status_code == 200, second.content
     two = second.json()
     assert two["status"] == "approved" and two["approvals_count"] == 2 and two["archive"]["sequence"] == 1
     assert two["signoff"]["signer"] == "sam-approver"  # the signature that signed it
-    assert [(s["signer"], s["comment"]) for s in two["signoffs"]] == [("alex-approver", "go"), ("sam-approver", "agreed")]
+    assert [(s["signer"], s["comment"]) for s in two["signoffs"]] == [
+        ("alex-approver", "go"),
+        ("sam-approver", "agreed"),
+    ]
     assert [e["action"] for e in two["audit"]] == ["created", "edited", "submitted", "approval", "signed"]
     bundle = json.loads(ArchiveRecord.objects.get(decision_id=two["id"]).bundle)
     assert [s["signer_username"] for s in bundle["signoffs"]] == ["alex-approver", "sam-approver"]
@@ -168,15 +173,20 @@ def test_a_decision_needing_two_approvers_is_signed_by_two_tokens(
 
 
 @pytest.mark.parametrize("value", [0, 11, "2", True, 2.5])
-def test_approvals_required_outside_one_to_ten_is_a_400(client, experiment, engineer, draft, api_token_for, value):
+def test_approvals_required_outside_one_to_ten_is_a_400(
+    client, experiment, engineer, draft, api_token_for, value
+):
     eng = api_token_for(engineer)
     body = {"experiment": experiment.pk, "proposal": "keep_off", "traffic_class": "interactive"}
     created = call(client, "post", "/api/decisions", body | {"approvals_required": value}, eng)
     assert created.status_code == 400 and "approvals_required" in created.json()["details"], created.content
     patched = call(client, "patch", f"/api/decisions/{draft.pk}", {"approvals_required": value}, eng)
     assert patched.status_code == 400, patched.content
-    assert call(client, "patch", f"/api/decisions/{draft.pk}", {"approvals_required": 10}, eng).json()[
-        "approvals_required"
-    ] == 10
+    assert (
+        call(client, "patch", f"/api/decisions/{draft.pk}", {"approvals_required": 10}, eng).json()[
+            "approvals_required"
+        ]
+        == 10
+    )
     cleared = call(client, "patch", f"/api/decisions/{draft.pk}", {"approvals_required": None}, eng)
     assert cleared.status_code == 200 and cleared.json()["approvals_required"] == 1  # the deployment's

@@ -134,10 +134,16 @@ def test_three_approvers_racing_for_two_approvals_make_two_signatures_and_one_re
     decision = submitted_make(experiment=experiment, author=engineer, approvals_required=2)
     signers = [approver, second_approver, third_approver]
     results = sign_race(
-        surface=surface, decision_pk=decision.pk, signers=signers, hold=_row_held(decision.pk), blocked=_waiting(3)
+        surface=surface,
+        decision_pk=decision.pk,
+        signers=signers,
+        hold=_row_held(decision.pk),
+        blocked=_waiting(3),
     )
     assert not any(r["status"] >= 500 for r in results), results
-    signed = list(SignOff.objects.filter(decision=decision).order_by("id").values_list("signer__username", flat=True))
+    signed = list(
+        SignOff.objects.filter(decision=decision).order_by("id").values_list("signer__username", flat=True)
+    )
     assert len(signed) == 2, (signed, results)
     assert ArchiveRecord.objects.filter(decision=decision).count() == 1
     assert Decision.objects.get(pk=decision.pk).status == Decision.Status.APPROVED
