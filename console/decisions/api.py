@@ -13,7 +13,7 @@ from pydantic import Field, StrictFloat, StrictInt
 from console.accounts import roles, teams
 from console.analysis.comparison.schema import ComparisonSchemaError
 from console.apikit import MAX_ID, ApiError, Id, Open, Strict, access, errors, row_or_404, text
-from console.decisions import selectors, services
+from console.decisions import selectors, services, triggers
 from console.decisions.limits import FIELD_MAX_CHARS, NOTE_MAX_CHARS
 from console.decisions.models import Decision
 from console.experiments.models import Experiment
@@ -91,13 +91,20 @@ def decision_payload(decision: Decision, *, full: bool) -> dict[str, Any]:
 
 
 class RollbackTriggerIn(Open):
-    """One rollback trigger: ``metric op threshold`` sustained for ``window_min`` minutes."""
+    """One rollback trigger (docs/rollouts.md): breach when the value, looked at every
+    ``window_min`` minutes, is beyond ``threshold`` by the sequential test after ``min_samples``
+    looks. ``query``: PromQL with ``$pool`` (the pool's label matchers) and ``$window``;
+    ``compare``: ``control`` (candidate minus control, needs the query) or ``absolute``."""
 
-    metric: Annotated[str, Field(pattern=NON_BLANK, max_length=200)]
-    op: Literal[">", ">=", "<", "<="]
+    metric: Annotated[str, Field(pattern=NON_BLANK, max_length=triggers.METRIC_MAX_CHARS)]
+    op: Literal[triggers.OPS]  # type: ignore[valid-type]
     threshold: Number
     window_min: Positive = Field(description="minutes")
-    unit: text(40) = ""  # type: ignore[valid-type]
+    unit: text(triggers.UNIT_MAX_CHARS) = ""  # type: ignore[valid-type]
+    compare: Literal[triggers.COMPARES] = "absolute"  # type: ignore[valid-type]
+    query: Annotated[str, Field(max_length=triggers.QUERY_MAX_CHARS, pattern=r"^[^\r\n]*$")] = ""
+    min_samples: Annotated[StrictInt, Field(ge=1, le=triggers.MIN_SAMPLES_MAX)] = 3
+    action: Literal[triggers.ACTIONS] = "pause"  # type: ignore[valid-type]
 
 
 class ChecklistAnswerIn(Open):
