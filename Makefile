@@ -69,6 +69,7 @@ lint: $(VENV)/.installed-test
 test: $(VENV)/.installed-test
 	bin/ensure-services
 	bin/ensure-chromium
+	bin/ensure-prometheus
 	@# The vLLM lane's venv installs in the background while lint and the main lane run (it waits
 	@# on the network and the disk, not on the CPU the tests need); test-vllm waits for it below.
 	@if [ "$(VLLM_LANE)" = 1 ]; then mkdir -p var && rm -f var/vllm-install.rc && \

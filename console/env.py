@@ -3,6 +3,9 @@
 Every setting specreview has is read here, once, through these helpers, so a typo in
 a deployment stops start-up with a message that names the variable instead of
 surfacing later as a strange runtime error.
+
+Long because: every setting is read here, once (STYLE.md practice 9), and each registry of
+servers (OpenAI-compatible, Prometheus) checks its own entries' shape.
 """
 
 from __future__ import annotations
@@ -306,6 +309,69 @@ def envopenai_servers(name: str, *, credentials: dict[str, dict[str, str]]) -> d
                 raise SettingsError(str(exc)) from None
             # kept as canonical JSON text: the registry's entries are plain strings
             out[key]["telemetry"] = json.dumps(spec, sort_keys=True)
+    return out
+
+
+def envprometheus(name: str) -> dict[str, dict[str, str]]:
+    """The Prometheus servers an operator registers for guarded rollouts' rollback triggers.
+
+    Short form ``main=http://prometheus:9090,other=...``, or JSON: ``{"main": "http://host:9090"}``
+    or ``{"main": {"url": "https://host:9090", "bearer_token_file": "/run/secrets/prom"}}``.
+    Returns ``{server_name: {"url": url, "bearer_token_file": path or ""}}``: where a token lives,
+    never the token (the caller reads the file when it queries, so a rotated token is picked up).
+    """
+    value = _raw(name)
+    if value is None:
+        return {}
+    data: Any
+    if not value.startswith(("{", "[")):
+        data = {}
+        for item in (part.strip() for part in value.split(",")):
+            if not item:
+                continue
+            key, sep, target = (s.strip() for s in item.partition("="))
+            if not sep:
+                raise SettingsError(f"{name}: {item!r} is not NAME=URL (or use the JSON form)")
+            if key in data:
+                raise SettingsError(f"{name}: server {key!r} is named twice")
+            data[key] = target
+    else:
+        try:
+            data = json.loads(value)
+        except ValueError as exc:
+            raise SettingsError(
+                f'{name} is not JSON ({exc}): use {{"NAME": "http://host:9090"}} or '
+                f'{{"NAME": {{"url": "...", "bearer_token_file": "/path"}}}}'
+            ) from None
+    if not isinstance(data, dict):
+        raise SettingsError(f"{name} must be a JSON object of server names, got {type(data).__name__}")
+    out: dict[str, dict[str, str]] = {}
+    for key, entry in data.items():
+        if not re.fullmatch(_NAME, key):
+            raise SettingsError(f"{name}: {key!r} is not a server name (letters, digits, _ . -)")
+        if isinstance(entry, str):
+            entry = {"url": entry}
+        if not isinstance(entry, dict) or set(entry) - {"url", "bearer_token_file"}:
+            raise SettingsError(
+                f'{name}: server {key!r} must be a URL or {{"url": ..., "bearer_token_file": ...}}'
+            )
+        url = entry.get("url")
+        if not isinstance(url, str):
+            raise SettingsError(f"{name}: server {key!r} needs an http(s) URL with a host, got {url!r}")
+        parsed = urlparse(url)
+        if parsed.scheme not in {"http", "https"} or not parsed.hostname:
+            raise SettingsError(f"{name}: server {key!r} needs an http(s) URL with a host, got {url!r}")
+        if parsed.username or parsed.password or parsed.query or parsed.fragment:
+            raise SettingsError(
+                f"{name}: server {key!r} URL must carry no user, password, query or fragment "
+                "(a token goes in bearer_token_file)"
+            )
+        token_file = entry.get("bearer_token_file") or ""
+        if not isinstance(token_file, str) or (token_file and not Path(token_file).is_absolute()):
+            raise SettingsError(
+                f"{name}: server {key!r} bearer_token_file must be an absolute path, got {token_file!r}"
+            )
+        out[key] = {"url": url.rstrip("/"), "bearer_token_file": token_file}
     return out
 
 

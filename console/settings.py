@@ -22,6 +22,7 @@ from console.env import (
     envlist,
     envnetworks,
     envopenai_servers,
+    envprometheus,
     envsecret,
     envstr,
     envurls,
@@ -260,6 +261,8 @@ SPECREVIEW_OPENAI_CREDENTIALS = envcredentials("SPECREVIEW_OPENAI_CREDENTIALS")
 SPECREVIEW_OPENAI_SERVERS = envopenai_servers(
     "SPECREVIEW_OPENAI_SERVERS", credentials=SPECREVIEW_OPENAI_CREDENTIALS
 )
+# The Prometheus servers a guarded rollout may query (docs/rollouts.md), like the servers above.
+SPECREVIEW_PROMETHEUS = envprometheus("SPECREVIEW_PROMETHEUS")
 
 LOGGING = {
     "version": 1,

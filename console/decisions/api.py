@@ -13,9 +13,10 @@ from pydantic import Field, StrictFloat, StrictInt
 from console.accounts import roles, teams
 from console.analysis.comparison.schema import ComparisonSchemaError
 from console.apikit import MAX_ID, ApiError, Id, Open, Strict, access, errors, row_or_404, text
-from console.decisions import selectors, services, signing
+from console.decisions import selectors, services, signing, triggers
 from console.decisions.limits import APPROVALS_MAX, APPROVALS_MIN, FIELD_MAX_CHARS, NOTE_MAX_CHARS
 from console.decisions.models import Decision
+from console.decisions.payload import decision_payload
 from console.experiments.models import Experiment
 from console.policies.models import SlicePolicy
 from console.policies.selectors import policy_export
@@ -29,80 +30,21 @@ Number = StrictInt | StrictFloat
 Positive = Annotated[StrictInt, Field(gt=0)] | Annotated[StrictFloat, Field(gt=0)]
 
 
-def decision_payload(decision: Decision, *, full: bool) -> dict[str, Any]:
-    snap = selectors.decision_snapshot_shown(decision=decision)
-    names = selectors.decision_names(decision=decision)
-    d = snap["decision"]
-    out: dict[str, Any] = {
-        "id": decision.pk,
-        "title": decision.title,
-        "status": decision.status,
-        "proposal": decision.proposal,
-        "experiment_id": decision.experiment_id,
-        "target_model": decision.experiment.target_model,
-        "candidate": (
-            {"arm": names["candidate_arm"], "config_hash": names["candidate_config_hash"]}
-            if decision.candidate_arm_id
-            else None
-        ),
-        "traffic_class": decision.traffic_class,
-        "gate_overall": (decision.gate or {}).get("overall"),
-        "created_by": names["created_by"],
-        "created_at": d["created_at"],
-        "url": f"/decisions/{decision.pk}/",
-    }
-    if not full:
-        return out
-    record = getattr(decision, "archive", None) if decision.is_signed else None
-    superseded_by = selectors.decision_superseded_by(decision=decision)
-    gate = dict(decision.gate or {})
-    gate.pop("facts", None)
-    approvals = selectors.decision_approvals(decision=decision)
-    out |= {
-        "rationale": decision.rationale,
-        "policy": decision.policy,
-        "policy_ref": decision.policy_ref,
-        "gate": gate,
-        "checklist": d["checklist"],
-        "rollback": d["rollback"],
-        # The signature that signed it (the last one), as before N of M approvals; every one in signoffs.
-        "signoff": (snap["signoff"] | {"signer": names["signer"]}) if snap["signoff"] else None,
-        "signoffs": [{**row, "signer": row["signer_username"]} for row in snap["signoffs"]],
-        "approvals_required": approvals["required"],
-        "approvals_count": approvals["count"],
-        "supersedes_id": decision.supersedes_id,
-        "superseded_by_id": superseded_by.pk if superseded_by else None,
-        "archive": (
-            {
-                "sequence": record.sequence,
-                "bundle_sha256": record.bundle_sha256,
-                "previous_sha256": record.previous_sha256,
-                "record_sha256": record.record_sha256,
-            }
-            if record
-            else None
-        ),
-        "audit": [
-            {
-                "action": e.action,
-                "actor": e.actor.username,
-                "role": e.actor_role,
-                "at": selectors.iso_utc(e.at),
-            }
-            for e in selectors.decision_events(decision=decision)
-        ],
-    }
-    return out
-
-
 class RollbackTriggerIn(Open):
-    """One rollback trigger: ``metric op threshold`` sustained for ``window_min`` minutes."""
+    """One rollback trigger (docs/rollouts.md): breach when the value, looked at every
+    ``window_min`` minutes, is beyond ``threshold`` by the sequential test after ``min_samples``
+    looks. ``query``: PromQL with ``$pool`` (the pool's label matchers) and ``$window``;
+    ``compare``: ``control`` (candidate minus control, needs the query) or ``absolute``."""
 
-    metric: Annotated[str, Field(pattern=NON_BLANK, max_length=200)]
-    op: Literal[">", ">=", "<", "<="]
+    metric: Annotated[str, Field(pattern=NON_BLANK, max_length=triggers.METRIC_MAX_CHARS)]
+    op: Literal[triggers.OPS]  # type: ignore[valid-type]
     threshold: Number
     window_min: Positive = Field(description="minutes")
-    unit: text(40) = ""  # type: ignore[valid-type]
+    unit: text(triggers.UNIT_MAX_CHARS) = ""  # type: ignore[valid-type]
+    compare: Literal[triggers.COMPARES] = "absolute"  # type: ignore[valid-type]
+    query: Annotated[str, Field(max_length=triggers.QUERY_MAX_CHARS, pattern=r"^[^\r\n]*$")] = ""
+    min_samples: Annotated[StrictInt, Field(ge=1, le=triggers.MIN_SAMPLES_MAX)] = 3
+    action: Literal[triggers.ACTIONS] = "pause"  # type: ignore[valid-type]
 
 
 class ChecklistAnswerIn(Open):

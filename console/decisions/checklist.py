@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from console.analysis.comparison.spec import draft_cross_vocabulary
+from console.decisions.triggers import trigger_valid
 
 YES, NO = "yes", "no"
 FIT_SECTION = "fit"  # items of the fit-assessment section: evidence to read, never answered
@@ -59,23 +60,6 @@ def _candidate_label(evidence: Mapping[str, Any]) -> str | None:
     )
 
 
-def trigger_valid(trigger: Any) -> bool:
-    """A trigger names a metric, a comparison (> >= < <=), a numeric threshold and a positive
-    window in minutes."""
-    if not isinstance(trigger, Mapping):
-        return False
-    threshold, window = trigger.get("threshold"), trigger.get("window_min")
-    return (
-        bool(str(trigger.get("metric") or "").strip())
-        and trigger.get("op") in (">", ">=", "<", "<=")
-        and isinstance(threshold, int | float)
-        and not isinstance(threshold, bool)
-        and isinstance(window, int | float)
-        and not isinstance(window, bool)
-        and window > 0
-    )
-
-
 def rollback_complete(plan: Mapping[str, Any]) -> list[str]:
     """What the rollback plan still lacks (empty when complete)."""
     missing = []
@@ -83,7 +67,7 @@ def rollback_complete(plan: Mapping[str, Any]) -> list[str]:
     if not triggers:
         missing.append("at least one trigger")
     elif not all(trigger_valid(t) for t in triggers):
-        missing.append("a metric, comparison, numeric threshold and window on every trigger")
+        missing.append("a metric, comparison, numeric threshold and window on every trigger (and a query where it compares with the control)")
     if not plan.get("revert_config"):
         missing.append("the config to revert to")
     for key, label in (

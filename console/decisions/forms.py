@@ -1,5 +1,5 @@
 """Forms parse input; services decide. Rollback triggers are typed one per line as
-``metric | op | threshold | unit | window minutes``."""
+``decisions.triggers.LINE_FORMAT``."""
 
 from __future__ import annotations
 
@@ -16,59 +16,13 @@ from console.decisions import checklist as checklist_mod
 from console.decisions import gate
 from console.decisions.limits import APPROVALS_MAX, APPROVALS_MIN, NOTE_MAX_CHARS, TEXT_MAX_CHARS
 from console.decisions.models import Decision
+from console.decisions.triggers import TriggerError, triggers_text, triggers_text_parse
 from console.experiments.models import Arm, Experiment
 from console.exports import site_path_problem
 from console.jsonutil import strict_loads
 from console.policies.models import SlicePolicy
 from console.policies.words import metric_text as policy_metric_text
 from console.traces.models import TRAFFIC_CLASSES
-
-TRIGGER_OPS = (">", ">=", "<", "<=")
-
-
-def triggers_format(triggers: list[dict[str, Any]]) -> str:
-    lines = []
-    for t in triggers or []:
-        threshold = "" if t.get("threshold") is None else t["threshold"]
-        lines.append(
-            f"{t.get('metric', '')} | {t.get('op', '>')} | {threshold} | {t.get('unit', '')} | {t.get('window_min', '')}"
-        )
-    return "\n".join(lines)
-
-
-def triggers_parse(text: str) -> list[dict[str, Any]]:
-    """Parse trigger lines; raises ``forms.ValidationError`` naming the bad line."""
-    out = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        parts = [p.strip() for p in line.split("|")]
-        if len(parts) != 5:
-            raise forms.ValidationError(f"line {n}: write 'metric | op | threshold | unit | window minutes'")
-        metric, op, threshold, unit, window = parts
-        if not metric:
-            raise forms.ValidationError(f"line {n}: name the metric")
-        if len(metric) > 200 or len(unit) > 40:
-            raise forms.ValidationError(f"line {n}: the metric has at most 200 characters, the unit 40")
-        if op not in TRIGGER_OPS:
-            raise forms.ValidationError(f"line {n}: the comparison must be one of {' '.join(TRIGGER_OPS)}")
-        try:
-            value = float(threshold)
-            minutes = float(window)
-        except ValueError:
-            raise forms.ValidationError(f"line {n}: threshold and window must be numbers") from None
-        if minutes <= 0:
-            raise forms.ValidationError(f"line {n}: the window must be positive (minutes)")
-        out.append(
-            {
-                "metric": metric,
-                "op": op,
-                "threshold": int(value) if value.is_integer() else value,
-                "unit": unit,
-                "window_min": int(minutes) if minutes.is_integer() else minutes,
-            }
-        )
-    return out
 
 
 def _policy_ref_clean(value: str) -> str:
@@ -220,7 +174,7 @@ class DecisionEditForm(forms.Form):
             "loads_in_scope": ", ".join(gs.get("loads_in_scope") or []),
             "memory_fraction": resolved["memory_fraction"],
             "memory_capacity_gib": capacity / 2**30 if capacity else None,
-            "rollback_triggers": triggers_format(decision.rollback_triggers),
+            "rollback_triggers": triggers_text(decision.rollback_triggers),
             "rollback_steps": decision.rollback_steps,
             "rollback_owner": decision.rollback_owner,
             "rollback_verification": decision.rollback_verification,
@@ -235,7 +189,10 @@ class DecisionEditForm(forms.Form):
         return _policy_ref_clean(self.cleaned_data.get("policy_ref") or "")
 
     def clean_rollback_triggers(self):
-        return triggers_parse(self.cleaned_data.get("rollback_triggers") or "")
+        try:
+            return triggers_text_parse(self.cleaned_data.get("rollback_triggers") or "")
+        except TriggerError as exc:
+            raise forms.ValidationError(str(exc)) from None
 
     def clean_loads_in_scope(self):
         labels = [s.strip() for s in (self.cleaned_data.get("loads_in_scope") or "").split(",") if s.strip()]

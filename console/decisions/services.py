@@ -29,6 +29,7 @@ from console.decisions.rollback import DEFAULT_ROLLBACK_STEPS, default_rollback_
 
 # Signing moved to decisions.signing; these names stay here for callers of services.decision_sign.
 from console.decisions.signing import SIGN_VERDICTS, decision_sign, override_required
+from console.decisions.triggers import TriggerError, triggers_check
 from console.decisions.words import checklist_words
 from console.experiments.models import Arm, Experiment
 from console.traces.models import TRAFFIC_CLASSES
@@ -88,13 +89,14 @@ def _validate_arm(experiment: Experiment, proposal: str, arm: Arm | None) -> Non
         raise DecisionError("a proposal to enable speculation names its candidate config")
 
 
-def _validate_changes(changes: Mapping[str, Any]) -> None:
-    """Shapes of the JSON-valued fields (the API passes them straight through)."""
-    triggers = changes.get("rollback_triggers", [])
-    if not isinstance(triggers, list) or not all(checklist.trigger_valid(t) for t in triggers):
-        raise DecisionError(
-            "rollback_triggers: a list of {metric, op (> >= < <=), threshold (number), unit, window_min (> 0)}"
-        )
+def _validate_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Shapes of the JSON-valued fields (the API passes them straight through); the changes with
+    every trigger written out in full (``triggers.trigger_full``)."""
+    try:
+        given = changes.get("rollback_triggers")
+        triggers = {} if given is None else {"rollback_triggers": triggers_check(given)}
+    except TriggerError as exc:
+        raise DecisionError(str(exc)) from None
     answers = changes.get("checklist_answers", {})
     if not isinstance(answers, dict) or not all(
         isinstance(v, dict) and v.get("answer") in (None, "", checklist.YES, checklist.NO)
@@ -104,14 +106,8 @@ def _validate_changes(changes: Mapping[str, Any]) -> None:
     for key in ("gate_settings", "rollback_revert_config"):
         if key in changes and not isinstance(changes[key], dict):
             raise DecisionError(f"{key}: a JSON object")
-    for key in (
-        "title",
-        "rationale",
-        "policy_ref",
-        "rollback_steps",
-        "rollback_owner",
-        "rollback_verification",
-    ):
+    texts = ("title", "rationale", "policy_ref", "rollback_steps", "rollback_owner", "rollback_verification")
+    for key in texts:
         if key in changes and not isinstance(changes[key], str):
             raise DecisionError(f"{key}: text")
     if "proposal" in changes and changes["proposal"] not in Decision.Proposal.values:
@@ -122,6 +118,7 @@ def _validate_changes(changes: Mapping[str, Any]) -> None:
         approvals_required_check(changes["approvals_required"])
     if problems := decision_text_problems(changes):
         raise DecisionError("; ".join(problems))
+    return {**changes, **triggers}
 
 
 def approvals_required_check(value: Any) -> None:
@@ -229,7 +226,7 @@ def decision_update(
     if unknown:
         raise DecisionError(f"not editable: {', '.join(sorted(unknown))}")
     changes = {k: CLEARED_BY_NULL[k] if v is None and k in CLEARED_BY_NULL else v for k, v in changes.items()}
-    _validate_changes(changes)
+    changes = _validate_changes(changes)
     if "gate_settings" in changes:
         changes = {
             **changes,

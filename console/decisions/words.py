@@ -293,16 +293,24 @@ _TRIGGER_UNITS: dict[str, Callable[[Any], str]] = {
 
 
 def trigger_condition(trigger: Mapping[str, Any]) -> str:
-    """A rollback trigger's condition: "> 59.0 ms", "< 35.4%", "> 0"."""
+    """A rollback trigger's condition: "> 59.0 ms", "< 35.4%", "> 4.0 ms over the control"."""
     threshold, unit = trigger.get("threshold"), str(trigger.get("unit") or "")
     shown = _TRIGGER_UNITS[unit](threshold) if unit in _TRIGGER_UNITS else numbers.number(threshold, unit)
-    return f"{trigger.get('op', '')} {shown}".strip()
+    over = " over the control" if trigger.get("compare") == "control" else ""
+    return f"{trigger.get('op', '')} {shown}{over}".strip()
 
 
 def trigger_text(trigger: Mapping[str, Any]) -> str:
-    """A rollback trigger in one line: "p95 TPOT (interactive) > 59.0 ms for 10 min"."""
+    """A rollback trigger in one line: "p95 TPOT (interactive) > 59.0 ms for 10 min"; one a rollout
+    can evaluate says its looks and action ("> 4.00 ms over the control, looked at every 2 min
+    (5 looks before a breach, then pause)")."""
     window = numbers.number(trigger.get("window_min"))
-    return f"{trigger.get('metric', '')} {trigger_condition(trigger)} for {window} min"
+    if not trigger.get("query"):
+        return f"{trigger.get('metric', '')} {trigger_condition(trigger)} for {window} min"
+    return (
+        f"{trigger.get('metric', '')} {trigger_condition(trigger)}, looked at every {window} min"
+        f" ({numbers.count(trigger.get('min_samples'))} looks before a breach, then {trigger.get('action') or 'pause'})"
+    )
 
 
 def setting_value_text(value: Any) -> str:

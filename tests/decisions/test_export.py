@@ -18,7 +18,8 @@ def test_it_exports_markdown_with_gate_checklist_rollback_signoff_and_hashes(sig
         "Workload-weighted improvement",
         "## Checklist",
         "## Rollback plan",
-        "p95 TPOT (interactive) > 50.0 ms for 10 min",
+        "p95 TPOT (interactive) above the control's beyond the A/A noise floor > 4.00 ms over the control,"
+        " looked at every 2 min (5 looks before a breach, then pause)",
         "**approved** by alex-approver (approver)",
         record.bundle_sha256,
         signed.experiment.trace.sha256,

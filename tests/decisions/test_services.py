@@ -29,7 +29,10 @@ def test_it_drafts_with_a_computed_gate_a_prefilled_checklist_and_rollback(draft
     baseline = experiment.arms.get(is_baseline=True).config
     assert draft.rollback_revert_config["content_hash"] == baseline.content_hash
     tpot = [t for t in draft.rollback_triggers if t["metric"].startswith("p95 TPOT")]
-    assert tpot and tpot[0]["threshold"] == pytest.approx(0.05) and tpot[0]["window_min"] == 10
+    # the candidate worse than the control beyond the A/A floor the comparison measured (4 ms)
+    assert tpot and tpot[0]["threshold"] == pytest.approx(0.004) and tpot[0]["compare"] == "control"
+    assert "$pool" in tpot[0]["query"] and tpot[0]["window_min"] == 2 and tpot[0]["min_samples"] == 5
+    assert all(t["query"] for t in draft.rollback_triggers)  # every default trigger can be evaluated
     acceptance = [t for t in draft.rollback_triggers if t["metric"].startswith("acceptance rate")]
     assert (
         acceptance and acceptance[0]["op"] == "<" and acceptance[0]["threshold"] == pytest.approx(0.8 * 0.55)
