@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "console.analysis",
     "console.policies",
     "console.decisions",
+    "console.rollouts",
     "workers",
     "console.demo",  # the top edge, after every app it drives: the demo and run_experiment
 ]
@@ -179,6 +180,7 @@ CELERY_TASK_ROUTES = {
     "workers.runs_reap": {"queue": HOUSEKEEPING_QUEUE},
     "workers.notify": {"queue": HOUSEKEEPING_QUEUE},
     "workers.raw_text_purge": {"queue": HOUSEKEEPING_QUEUE},
+    "workers.rollouts_evaluate": {"queue": HOUSEKEEPING_QUEUE},
 }  # beat: CELERY_BEAT_SCHEDULE
 # A worker reserves one message at a time (with acks_late: only the run it is on): it holds one
 # engine for one run, and a run reserved behind a six-hour run would wait while another worker idles.
@@ -218,6 +220,12 @@ SPECREVIEW_WEBHOOK_URLS = envurls("SPECREVIEW_WEBHOOK_URLS")
 SPECREVIEW_WEBHOOK_SECRET = envsecret("SPECREVIEW_WEBHOOK_SECRET")
 if SPECREVIEW_WEBHOOK_URLS and not SPECREVIEW_WEBHOOK_SECRET:
     raise SettingsError("SPECREVIEW_WEBHOOK_URLS needs SPECREVIEW_WEBHOOK_SECRET (or _FILE): the key that signs each POST")
+# Where a breached trigger whose action is "rollback" posts rollout.revert (signed like the
+# webhooks above, with their secret); how often the housekeeping worker looks at running rollouts.
+SPECREVIEW_ROLLOUT_REVERT_URLS = envurls("SPECREVIEW_ROLLOUT_REVERT_URLS")
+SPECREVIEW_ROLLOUT_EVALUATE_EVERY_S = envint("SPECREVIEW_ROLLOUT_EVALUATE_EVERY_S", 30, minimum=1)
+if SPECREVIEW_ROLLOUT_REVERT_URLS and not SPECREVIEW_WEBHOOK_SECRET:
+    raise SettingsError("SPECREVIEW_ROLLOUT_REVERT_URLS needs SPECREVIEW_WEBHOOK_SECRET (or _FILE): the key that signs each POST")
 SPECREVIEW_NOTIFY_EMAILS = envlist("SPECREVIEW_NOTIFY_EMAILS", [])
 SPECREVIEW_NOTIFY_RETRIES = envint("SPECREVIEW_NOTIFY_RETRIES", 8, minimum=0)
 SPECREVIEW_NOTIFY_RETRY_S = envint("SPECREVIEW_NOTIFY_RETRY_S", 30, minimum=1)  # doubles each time, at most 1 h
@@ -233,6 +241,10 @@ CELERY_BEAT_SCHEDULE = {
     "raw-text-purge": {
         "task": "workers.raw_text_purge",
         "schedule": float(SPECREVIEW_RETENTION_PURGE_EVERY_S),
+    },
+    "rollouts-evaluate": {
+        "task": "workers.rollouts_evaluate",
+        "schedule": float(SPECREVIEW_ROLLOUT_EVALUATE_EVERY_S),
     },
 }
 

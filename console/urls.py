@@ -9,9 +9,10 @@ from console.api import api, guarded_urls
 from console.decisions.api import router as decisions_api
 from console.experiments.api import router as experiments_api
 from console.policies.api import router as policies_api
+from console.rollouts.api import router as rollouts_api
 from console.traces.api import router as traces_api
 
-for router in (traces_api, experiments_api, analysis_api, policies_api, decisions_api):
+for router in (traces_api, experiments_api, analysis_api, policies_api, decisions_api, rollouts_api):
     api.add_router("/", router)
 
 api_patterns: list[URLPattern | URLResolver] = guarded_urls()
@@ -27,6 +28,7 @@ urlpatterns = [
     path("analysis/", include("console.analysis.urls")),
     path("policies/", include("console.policies.urls")),
     path("decisions/", include("console.decisions.urls")),
+    path("decisions/<int:decision>/rollouts/", include("console.rollouts.urls")),
     path("api/docs/", views.api_docs, name="api-docs"),
     path("api/", include(api_patterns)),
     path("admin/", admin.site.urls),

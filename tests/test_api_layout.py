@@ -11,8 +11,8 @@ from django.urls import URLPattern, URLResolver, get_resolver
 import console.urls  # noqa: F401  (adds the app routers to the API)
 from console.api import api
 
-API_MODULE = re.compile(r"^console\.(accounts|traces|experiments|analysis|policies|decisions)\.api$")
-VIEWS_MODULE = re.compile(r"^console(\.(accounts|traces|experiments|analysis|policies|decisions))?\.views$")
+API_MODULE = re.compile(r"^console\.(accounts|traces|experiments|analysis|policies|decisions|rollouts)\.api$")
+VIEWS_MODULE = re.compile(r"^console(\.(accounts|traces|experiments|analysis|policies|decisions|rollouts))?\.views$")
 
 
 def _operations():

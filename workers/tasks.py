@@ -11,6 +11,7 @@ from console.analysis.services import comparison_refresh
 from console.experiments.runs import runs_reap as reap
 from console.experiments.worker_ping import worker_heartbeat_record
 from console.notify import deliver as notifications_deliver
+from console.rollouts.evaluation import rollouts_evaluate_due
 from workers.engines import EngineError
 from workers.execution import run_execute
 
@@ -97,3 +98,16 @@ def notify(self, *, payload: dict, only: list[str] | None = None) -> str:
 def raw_text_purge() -> str:
     """Purge the raw text of traces past their retention period (``analysis.retention``)."""
     return str(len(raw_text_purge_due(actor="task workers.raw_text_purge")))
+
+
+@shared_task(
+    name="workers.rollouts_evaluate",
+    soft_time_limit=300,
+    time_limit=360,
+    # Looks are taken at their own window's end whenever they run: a tick nobody picked up is
+    # replaced by the next one, which takes the looks it would have.
+    expires=settings.SPECREVIEW_ROLLOUT_EVALUATE_EVERY_S,
+)
+def rollouts_evaluate() -> str:
+    """Look at every running rollout's due triggers (``rollouts.evaluation``)."""
+    return str(rollouts_evaluate_due())

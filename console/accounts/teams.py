@@ -44,6 +44,9 @@ TEAM_PATH: dict[str, str] = {
     "decisions.Decision": "experiment__trace__team",
     "decisions.AuditEvent": "decision__experiment__trace__team",
     "decisions.ArchiveRecord": "decision__experiment__trace__team",
+    "rollouts.Rollout": "decision__experiment__trace__team",
+    "rollouts.Look": "rollout__decision__experiment__trace__team",
+    "rollouts.RolloutEvent": "rollout__decision__experiment__trace__team",
     "accounts.Team": "",
 }
 

@@ -174,7 +174,7 @@ class SignOff(_AppendOnly):
 
 
 class ArchiveRecord(_AppendOnly):
-    """One signed decision in the hash chain.
+    """One signed decision, or one rollout's end state (``kind``), in the hash chain.
 
     ``bundle`` is the canonical JSON text exactly as hashed (a text column, not JSON, so the
     database cannot re-render it); ``bundle_sha256`` its sha256; ``previous_sha256`` the
@@ -182,8 +182,18 @@ class ArchiveRecord(_AppendOnly):
     of the canonical header (sequence, decision, both hashes, time).
     """
 
+    class Kind(models.TextChoices):
+        DECISION = "decision", "signed decision"
+        ROLLOUT = "rollout", "rollout's end"
+
     sequence = models.PositiveIntegerField(unique=True)
-    decision = models.OneToOneField(Decision, on_delete=models.PROTECT, related_name="archive")
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.DECISION)
+    # A signed decision's record; empty on a rollout's, which names its decision below (a decision
+    # has one record of its own and one per rollout that ended).
+    decision = models.OneToOneField(Decision, null=True, on_delete=models.PROTECT, related_name="archive")
+    rollout_decision = models.ForeignKey(
+        Decision, null=True, blank=True, on_delete=models.PROTECT, related_name="rollout_records"
+    )
     bundle = models.TextField()
     bundle_sha256 = models.CharField(max_length=64)
     previous_sha256 = models.CharField(max_length=64, unique=True)
@@ -194,7 +204,7 @@ class ArchiveRecord(_AppendOnly):
         ordering = ["sequence"]
 
     def __str__(self) -> str:
-        return f"archive #{self.sequence} (decision {self.decision_id})"
+        return f"archive #{self.sequence} ({self.kind} of decision {self.decision_id or self.rollout_decision_id})"
 
 
 class AuditEvent(_AppendOnly):

@@ -65,7 +65,7 @@ def trigger_problems(trigger: Any) -> list[str]:
         problems.append(f"op: one of {' '.join(OPS)}")
     if not _number(trigger.get("threshold")):
         problems.append("threshold: a finite number")
-    window = trigger.get("window_min")
+    window: Any = trigger.get("window_min")
     if not _number(window) or window <= 0:
         problems.append("window_min: a positive number of minutes")
     unit = trigger.get("unit", "")
@@ -81,7 +81,7 @@ def trigger_problems(trigger: Any) -> list[str]:
         problems.append("query: compared with the control, it must select a pool with $pool")
     elif compare == "control" and not query:
         problems.append("query: a comparison with the control needs the PromQL query run on both pools")
-    samples = trigger.get("min_samples", DEFAULTS["min_samples"])
+    samples: Any = trigger.get("min_samples", DEFAULTS["min_samples"])
     if not (isinstance(samples, int) and not isinstance(samples, bool) and 1 <= samples <= MIN_SAMPLES_MAX):
         problems.append(f"min_samples: a whole number of looks from 1 to {MIN_SAMPLES_MAX}")
     if trigger.get("action", DEFAULTS["action"]) not in ACTIONS:

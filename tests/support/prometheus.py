@@ -69,6 +69,9 @@ class PoolProfile:
     acceptance: float = 0.7  # accepted / drafted
     preemptions_per_s: float = 0.5
     kv_cache_usage: float = 0.4  # 0..1
+    abort_share: float = 0.002  # requests that finish aborted
+    structured_share: float = 0.3  # requests whose output is checked against a schema
+    invalid_share: float = 0.01  # of those, the invalid ones
 
     def tpot_p95_s(self) -> float:
         """The planted TPOT's 95th percentile, seconds."""
@@ -78,7 +81,7 @@ class PoolProfile:
 class DriftingMetrics:
     """The metrics server: ``set(pool=..., **profile)`` changes a pool from the next tick on."""
 
-    def __init__(self, *, seed: int = 7, model_name: str = "spec-model") -> None:
+    def __init__(self, *, seed: int = 7, model_name: str = "spec-model", pools: tuple[str, ...] = POOLS) -> None:
         self.model_name = model_name
         self.registry = CollectorRegistry()
         labels = ["model_name", "pool"]
@@ -108,13 +111,21 @@ class DriftingMetrics:
         self.successes = Counter(
             "vllm:request_success",
             "Count of successfully processed requests.",
-            labels,
+            [*labels, "finished_reason"],
             registry=self.registry,
+        )
+        # What a gateway validating structured outputs exports (vLLM counts none; docs/rollouts.md).
+        self.structured = Counter(
+            "specreview_structured_outputs", "Outputs checked against a schema.", labels, registry=self.registry
+        )
+        self.invalid = Counter(
+            "specreview_structured_outputs_invalid", "Outputs that failed it.", labels, registry=self.registry
         )
         self.kv_usage = Gauge(
             "vllm:kv_cache_usage_perc", "KV-cache usage, 1 = 100%.", labels, registry=self.registry
         )
-        self._profiles = {pool: PoolProfile() for pool in POOLS}
+        self.pools = tuple(pools)
+        self._profiles = {pool: PoolProfile() for pool in self.pools}
         self._lock = threading.Lock()
         self._rng = np.random.default_rng(seed)
         self._stop = threading.Event()
@@ -135,7 +146,7 @@ class DriftingMetrics:
         """Change ``pool``'s profile (any PoolProfile field, e.g. ``tpot_median_s=0.04``,
         ``acceptance=0.5``); returns the new profile."""
         if pool not in self._profiles:
-            raise KeyError(f"no pool {pool!r}: the pools are {POOLS}")
+            raise KeyError(f"no pool {pool!r}: the pools are {self.pools}")
         with self._lock:
             self._profiles[pool] = dataclasses.replace(self._profiles[pool], **changes)  # type: ignore[arg-type]
             return self._profiles[pool]
@@ -162,7 +173,12 @@ class DriftingMetrics:
                 self.drafted.labels(*labels).inc(drafted)
                 self.accepted.labels(*labels).inc(int(rng.binomial(drafted, p.acceptance)) if drafted else 0)
                 self.preemptions.labels(*labels).inc(int(rng.poisson(p.preemptions_per_s * dt_s)))
-                self.successes.labels(*labels).inc(requests)
+                aborted = int(rng.binomial(requests, p.abort_share)) if requests else 0
+                self.successes.labels(*labels, "abort").inc(aborted)
+                self.successes.labels(*labels, "stop").inc(requests - aborted)
+                checked = int(rng.binomial(requests, p.structured_share)) if requests else 0
+                self.structured.labels(*labels).inc(checked)
+                self.invalid.labels(*labels).inc(int(rng.binomial(checked, p.invalid_share)) if checked else 0)
                 noise = float(rng.normal(0.0, 0.02))
                 self.kv_usage.labels(*labels).set(min(max(p.kv_cache_usage + noise, 0.0), 1.0))
 
@@ -211,9 +227,11 @@ class DriftingMetrics:
 
 
 @contextlib.contextmanager
-def drifting_metrics(*, seed: int = 7, model_name: str = "spec-model") -> Iterator[DriftingMetrics]:
+def drifting_metrics(
+    *, seed: int = 7, model_name: str = "spec-model", pools: tuple[str, ...] = POOLS
+) -> Iterator[DriftingMetrics]:
     """A started DriftingMetrics, stopped on exit."""
-    server = DriftingMetrics(seed=seed, model_name=model_name)
+    server = DriftingMetrics(seed=seed, model_name=model_name, pools=pools)
     server.start()
     try:
         yield server

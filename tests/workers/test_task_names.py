@@ -22,6 +22,7 @@ TASK_NAMES = [
     "workers.notify",
     "workers.ping",
     "workers.raw_text_purge",
+    "workers.rollouts_evaluate",
     "workers.runs_reap",
 ]
 
