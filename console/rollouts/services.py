@@ -1,8 +1,8 @@
 """Writes of a guarded rollout: start it, pause, resume, stop, record the rollback; the periodic
 look at its triggers is in ``rollouts.evaluation``.
 
-Who may: an engineer of the decision's team (``accounts.draft_decision`` there), the same people
-who drafted it; an approver's signature already said yes. States (``Rollout.State``)::
+Who may: whoever may draft decisions in the decision's team (``accounts.draft_decision`` there:
+its engineers and approvers); a viewer watches. States (``Rollout.State``)::
 
     running <-> paused            (an operator)
     running  -> breached          (a trigger's sequential test: "rollback recommended")

@@ -148,3 +148,28 @@ def test_the_demo_prints_a_time_budget_that_adds_up(demo_run):
     assert seconds["decode"] > 0 and seconds["model load"] >= 0
     parts = sum(v for k, v in seconds.items() if k != "total")
     assert abs(parts - seconds["total"]) <= len(BUDGET_LINES), seconds  # rounding of each line
+
+
+def test_every_trigger_of_the_demo_decision_is_evaluated_by_a_real_prometheus(demo_run):
+    """The demo's decision drafts its rollback triggers from its evidence: each one's query, run on
+    each pool it compares, gives a number from a real Prometheus scraping vLLM's metric names."""
+    import json
+    import math
+
+    from console.decisions.triggers import trigger_problems
+    from console.rollouts.prometheus import instant_query, query_render
+    from tests.support.prometheus import drifting_metrics, prometheus_server, prometheus_wait
+
+    out, db = demo_run
+    [(raw,)] = _query(db, "SELECT rollback_triggers FROM decisions_decision")
+    triggers = json.loads(raw)
+    assert triggers and all(t.get("query") and not trigger_problems(t) for t in triggers), triggers
+    with drifting_metrics(seed=3) as metrics, prometheus_server(targets=[metrics.target]) as url:
+        prometheus_wait(lambda: (instant_query(url=url, query="count(vllm:num_preemptions_total)") or 0) >= 2)
+        time.sleep(3)  # a few scrapes, so rate() over the window has points
+        for trigger in triggers:
+            pools = ("candidate", "baseline") if trigger["compare"] == "control" else ("candidate",)
+            for pool in pools:
+                query = query_render(trigger["query"], pool=f'pool="{pool}"', window_min=trigger["window_min"])
+                value = instant_query(url=url, query=query)
+                assert value is not None and math.isfinite(value), (trigger["metric"], pool, query)
