@@ -263,6 +263,7 @@ def experiments_create(request: HttpRequest, payload: ExperimentIn):
         raise ApiError(400, "field errors", details=exc.errors) from None
     if payload.start:
         experiment_start(experiment=experiment)
+        experiment.refresh_from_db()  # the answer says what the start made of it (running), not "draft"
     return Status(201, experiment_status_payload(experiment=experiment))
 
 

@@ -52,7 +52,9 @@ Z95 = 1.6448536269514722  # the standard normal's 0.95 quantile
 # Finer than vLLM's own TPOT buckets (0.01, 0.025, 0.05, 0.075, 0.1, ...) below 100 ms, so that
 # histogram_quantile's linear interpolation lands within a few percent of the planted p95.
 TPOT_BUCKETS = tuple(round(0.0025 * i, 4) for i in range(1, 41)) + (0.125, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0)
+# Half-second steps where the pools' end-to-end p95 lies (a few seconds), so an A/A rollout's
+# difference of p95s is not dominated by interpolation inside one wide bucket.
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0, 6.5, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0, 30.0, 60.0)
 
 
 @dataclasses.dataclass(frozen=True)
