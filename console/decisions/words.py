@@ -295,8 +295,10 @@ _TRIGGER_UNITS: dict[str, Callable[[Any], str]] = {
 def trigger_condition(trigger: Mapping[str, Any]) -> str:
     """A rollback trigger's condition: "> 59.0 ms", "< 35.4%", "> 4.0 ms over the control"."""
     threshold, unit = trigger.get("threshold"), str(trigger.get("unit") or "")
-    shown = _TRIGGER_UNITS[unit](threshold) if unit in _TRIGGER_UNITS else numbers.number(threshold, unit)
     over = " over the control" if trigger.get("compare") == "control" else ""
+    if over and unit == "fraction":  # a difference of two shares: percentage points
+        return f"{trigger.get('op', '')} {numbers.points(threshold)}{over}".strip()
+    shown = _TRIGGER_UNITS[unit](threshold) if unit in _TRIGGER_UNITS else numbers.number(threshold, unit)
     return f"{trigger.get('op', '')} {shown}{over}".strip()
 
 

@@ -7,9 +7,9 @@ from typing import Any
 
 from django import template
 
-from console import numbers
 from console.rollouts import selectors
 from console.rollouts.models import Look
+from console.rollouts.words import observation_text, value_text
 
 register = template.Library()
 
@@ -31,14 +31,14 @@ def state_badge(state: str) -> str:
 
 @register.filter
 def value(number: Any, unit: str = "") -> str:
-    """A measured value in its trigger's unit (seconds as durations, fractions as percents)."""
-    if number is None:
-        return numbers.DASH
-    if unit == "s":
-        return numbers.duration(number)
-    if unit == "fraction":
-        return numbers.rate(number)
-    return numbers.number(number) if unit in ("", "count") else numbers.number(number, unit)
+    """A pool's measured value in its trigger's unit (seconds as durations, fractions as percents)."""
+    return value_text(number, unit)
+
+
+@register.filter
+def observed(number: Any, trigger: dict[str, Any]) -> str:
+    """An observation of ``trigger`` (a difference in points when it compares with the control)."""
+    return observation_text(number, trigger)
 
 
 @register.simple_tag
@@ -61,9 +61,12 @@ def sparkline(series: list[float], threshold: float, width: int = 160, height: i
 def decision_rollouts(context: dict[str, Any], decision: Any) -> dict[str, Any]:
     request = context["request"]
     rollouts = list(selectors.rollouts_of(decision=decision, user=request.user)[:10])
+    latest = rollouts[0] if rollouts else None
     return {
         "decision": decision,
         "rollouts": rollouts,
+        "latest": latest,
+        "rows": selectors.trigger_rows(latest) if latest else [],
         "can_start": context.get("can_draft_decision") and decision.status in ("approved", "approved_with_conditions")
         and decision.proposal != "keep_off" and not any(r.is_active for r in rollouts),
     }
