@@ -20,7 +20,7 @@ class RolloutStartForm(forms.Form):
                                    help_text="label matchers of the control's pods")
     stages = forms.CharField(max_length=400, initial="5:30, 25:60, 50:60, 100:120",
                              help_text="share of traffic (%) : minutes, for each stage")
-    alpha = forms.FloatField(min_value=0.0001, max_value=0.2, initial=0.05,
+    alpha = forms.FloatField(label="False-alarm rate (alpha)", min_value=0.0001, max_value=0.2, initial=0.05,
                              help_text="each trigger's false-alarm rate over the whole rollout")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
