@@ -3,9 +3,6 @@
 Every setting specreview has is read here, once, through these helpers, so a typo in
 a deployment stops start-up with a message that names the variable instead of
 surfacing later as a strange runtime error.
-
-Long because: every setting is read here, once (STYLE.md practice 9), and each registry of
-servers (OpenAI-compatible, Prometheus) checks its own entries' shape.
 """
 
 from __future__ import annotations
@@ -228,6 +225,52 @@ def envcredentials(name: str) -> dict[str, dict[str, str]]:
     return out
 
 
+def _registry(name: str, *, fields: set[str], json_hint: str, secrets_where: str) -> dict[str, dict[str, Any]]:
+    """A registry of named servers an operator writes as ``NAME=URL,NAME=URL`` or as JSON
+    (``{"NAME": URL or {"url": URL, ...}}``): each entry as a dict with ``fields`` at most, its
+    name checked and its URL an http(s) URL with a host and no user, password, query or fragment
+    (secrets go where ``secrets_where`` says), without its trailing slash. Empty when unset."""
+    value = _raw(name)
+    if value is None:
+        return {}
+    data: Any
+    if not value.startswith(("{", "[")):
+        data = {}
+        for item in (part.strip() for part in value.split(",")):
+            key, sep, target = (s.strip() for s in item.partition("="))
+            if item and not sep:
+                raise SettingsError(f"{name}: {item!r} is not NAME=URL (or use the JSON form)")
+            if item and key in data:
+                raise SettingsError(f"{name}: server {key!r} is named twice")
+            if item:
+                data[key] = target
+    else:
+        try:
+            data = json.loads(value)
+        except ValueError as exc:
+            raise SettingsError(f"{name} is not JSON ({exc}): use {json_hint}") from None
+    if not isinstance(data, dict):
+        raise SettingsError(f"{name} must be a JSON object of server names, got {type(data).__name__}")
+    out: dict[str, dict[str, Any]] = {}
+    for key, entry in data.items():
+        if not re.fullmatch(_NAME, key):
+            raise SettingsError(f"{name}: {key!r} is not a server name (letters, digits, _ . -)")
+        if isinstance(entry, str):
+            entry = {"url": entry}
+        if not isinstance(entry, dict) or set(entry) - fields:
+            raise SettingsError(f"{name}: server {key!r} must be a URL or {json_hint}")
+        url = entry.get("url")
+        parsed = urlparse(url) if isinstance(url, str) else None
+        if parsed is None or parsed.scheme not in {"http", "https"} or not parsed.hostname:
+            raise SettingsError(f"{name}: server {key!r} needs an http(s) URL with a host, got {url!r}")
+        if parsed.username or parsed.password or parsed.query or parsed.fragment:
+            raise SettingsError(
+                f"{name}: server {key!r} URL must carry no user, password, query or fragment ({secrets_where})"
+            )
+        out[key] = entry | {"url": url.rstrip("/")}
+    return out
+
+
 # What a registered server understands beyond plain OpenAI (workers.engines.servers.SERVER_KINDS).
 OPENAI_SERVER_KINDS = ("vllm", "openai")
 
@@ -244,57 +287,21 @@ def envopenai_servers(name: str, *, credentials: dict[str, dict[str, str]]) -> d
     An optional ``"telemetry"`` says where the server's memory, utilisation and power are read
     (``workers.engines.server_telemetry``); without it they are not measured.
     """
-    value = _raw(name)
-    if value is None:
-        return {}
-    data: Any
-    if not value.startswith(("{", "[")):
-        # The short form for servers without a key: NAME=URL,NAME=URL.
-        data = {}
-        for item in (part.strip() for part in value.split(",")):
-            key, sep, target = (s.strip() for s in item.partition("="))
-            if item and not sep:
-                raise SettingsError(f"{name}: {item!r} is not NAME=URL (or use the JSON form)")
-            if item and key in data:
-                raise SettingsError(f"{name}: server {key!r} is named twice")
-            if item:
-                data[key] = target
-    else:
-        try:
-            data = json.loads(value)
-        except ValueError as exc:
-            raise SettingsError(
-                f'{name} is not JSON ({exc}): use {{"NAME": "http://host:port/v1"}} or '
-                f'{{"NAME": {{"url": "...", "credential": "CREDENTIAL"}}}}'
-            ) from None
-    if not isinstance(data, dict):
-        raise SettingsError(f"{name} must be a JSON object of server names, got {type(data).__name__}")
+    entries = _registry(
+        name,
+        fields={"url", "credential", "kind", "telemetry"},
+        json_hint='{"NAME": "http://host:port/v1"} or {"NAME": {"url": "...", "credential": "CREDENTIAL"}}',
+        secrets_where="keys go in SPECREVIEW_OPENAI_CREDENTIALS",
+    )
     out: dict[str, dict[str, str]] = {}
-    for key, entry in data.items():
-        if not re.fullmatch(_NAME, key):
-            raise SettingsError(f"{name}: {key!r} is not a server name (letters, digits, _ . -)")
-        if isinstance(entry, str):
-            entry = {"url": entry}
-        if not isinstance(entry, dict) or set(entry) - {"url", "credential", "kind", "telemetry"}:
-            raise SettingsError(f'{name}: server {key!r} must be a URL or {{"url": ..., "credential": ...}}')
-        url = entry.get("url")
-        if not isinstance(url, str):
-            raise SettingsError(f"{name}: server {key!r} needs an http(s) URL, got {url!r}")
-        parsed = urlparse(url)
-        if parsed.scheme not in {"http", "https"} or not parsed.hostname:
-            raise SettingsError(f"{name}: server {key!r} needs an http(s) URL, got {url!r}")
-        if parsed.username or parsed.password or parsed.query or parsed.fragment:
-            raise SettingsError(
-                f"{name}: server {key!r} URL must carry no user, password, query or fragment "
-                "(keys go in SPECREVIEW_OPENAI_CREDENTIALS)"
-            )
+    for key, entry in entries.items():
         credential = entry.get("credential") or ""
         if not isinstance(credential, str) or (credential and credential not in credentials):
             raise SettingsError(
                 f"{name}: server {key!r} names credential {credential!r}, which "
                 f"SPECREVIEW_OPENAI_CREDENTIALS does not define"
             )
-        out[key] = {"url": url.rstrip("/"), "credential": credential}
+        out[key] = {"url": entry["url"], "credential": credential}
         if entry.get("kind") is not None:
             if entry["kind"] not in OPENAI_SERVER_KINDS:
                 raise SettingsError(
@@ -320,58 +327,20 @@ def envprometheus(name: str) -> dict[str, dict[str, str]]:
     Returns ``{server_name: {"url": url, "bearer_token_file": path or ""}}``: where a token lives,
     never the token (the caller reads the file when it queries, so a rotated token is picked up).
     """
-    value = _raw(name)
-    if value is None:
-        return {}
-    data: Any
-    if not value.startswith(("{", "[")):
-        data = {}
-        for item in (part.strip() for part in value.split(",")):
-            if not item:
-                continue
-            key, sep, target = (s.strip() for s in item.partition("="))
-            if not sep:
-                raise SettingsError(f"{name}: {item!r} is not NAME=URL (or use the JSON form)")
-            if key in data:
-                raise SettingsError(f"{name}: server {key!r} is named twice")
-            data[key] = target
-    else:
-        try:
-            data = json.loads(value)
-        except ValueError as exc:
-            raise SettingsError(
-                f'{name} is not JSON ({exc}): use {{"NAME": "http://host:9090"}} or '
-                f'{{"NAME": {{"url": "...", "bearer_token_file": "/path"}}}}'
-            ) from None
-    if not isinstance(data, dict):
-        raise SettingsError(f"{name} must be a JSON object of server names, got {type(data).__name__}")
+    entries = _registry(
+        name,
+        fields={"url", "bearer_token_file"},
+        json_hint='{"NAME": "http://host:9090"} or {"NAME": {"url": "...", "bearer_token_file": "/path"}}',
+        secrets_where="a token goes in bearer_token_file",
+    )
     out: dict[str, dict[str, str]] = {}
-    for key, entry in data.items():
-        if not re.fullmatch(_NAME, key):
-            raise SettingsError(f"{name}: {key!r} is not a server name (letters, digits, _ . -)")
-        if isinstance(entry, str):
-            entry = {"url": entry}
-        if not isinstance(entry, dict) or set(entry) - {"url", "bearer_token_file"}:
-            raise SettingsError(
-                f'{name}: server {key!r} must be a URL or {{"url": ..., "bearer_token_file": ...}}'
-            )
-        url = entry.get("url")
-        if not isinstance(url, str):
-            raise SettingsError(f"{name}: server {key!r} needs an http(s) URL with a host, got {url!r}")
-        parsed = urlparse(url)
-        if parsed.scheme not in {"http", "https"} or not parsed.hostname:
-            raise SettingsError(f"{name}: server {key!r} needs an http(s) URL with a host, got {url!r}")
-        if parsed.username or parsed.password or parsed.query or parsed.fragment:
-            raise SettingsError(
-                f"{name}: server {key!r} URL must carry no user, password, query or fragment "
-                "(a token goes in bearer_token_file)"
-            )
+    for key, entry in entries.items():
         token_file = entry.get("bearer_token_file") or ""
         if not isinstance(token_file, str) or (token_file and not Path(token_file).is_absolute()):
             raise SettingsError(
                 f"{name}: server {key!r} bearer_token_file must be an absolute path, got {token_file!r}"
             )
-        out[key] = {"url": url.rstrip("/"), "bearer_token_file": token_file}
+        out[key] = {"url": entry["url"], "bearer_token_file": token_file}
     return out
 
 
