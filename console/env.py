@@ -259,7 +259,7 @@ def _registry(name: str, *, fields: set[str], json_hint: str, secrets_where: str
             entry = {"url": entry}
         if not isinstance(entry, dict) or set(entry) - fields:
             raise SettingsError(f"{name}: server {key!r} must be a URL or {json_hint}")
-        url = entry.get("url")
+        url: Any = entry.get("url")
         parsed = urlparse(url) if isinstance(url, str) else None
         if parsed is None or parsed.scheme not in {"http", "https"} or not parsed.hostname:
             raise SettingsError(f"{name}: server {key!r} needs an http(s) URL with a host, got {url!r}")
