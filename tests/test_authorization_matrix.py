@@ -32,6 +32,7 @@ role, and every test, sees the same world.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -169,6 +170,21 @@ MATRIX: dict[str, dict[str, str]] = {
     "GET /api/decisions/{id}": everyone_signed_in(),
     "PATCH /api/decisions/{id}": engineers(),
     "POST /api/decisions/{id}/signoff": signer(),
+    # rollouts: {decision} is a signed decision, {pk} its running rollout (resume: a paused one's;
+    # starting one: a signed decision with none)
+    "GET /decisions/{decision}/rollouts/new/": engineers(),  # accounts.draft_decision in the team
+    "POST /decisions/{decision}/rollouts/new/": engineers(),
+    "GET /decisions/{decision}/rollouts/export/{tool}.yaml": everyone_signed_in(),
+    "GET /decisions/{decision}/rollouts/{pk}/": everyone_signed_in(),
+    "POST /decisions/{decision}/rollouts/{pk}/act/": engineers(),
+    "GET /api/decisions/{id}/rollouts": everyone_signed_in(),
+    "POST /api/decisions/{id}/rollouts": engineers(),
+    "GET /api/decisions/{id}/rollout-export": everyone_signed_in(),
+    "GET /api/rollouts/{id}": everyone_signed_in(),
+    "POST /api/rollouts/{id}/pause": engineers(),
+    "POST /api/rollouts/{id}/resume": engineers(),
+    "POST /api/rollouts/{id}/stop": engineers(),
+    "POST /api/rollouts/{id}/rolled-back": engineers(),
     "GET /api/openapi.json": everyone_signed_in(),
     "GET /api/docs/": everyone_signed_in(),  # the interactive docs of the document above
 }
@@ -215,7 +231,22 @@ ON_DRAFT = {
     "/api/decisions/{id}",
     "/api/decisions/{id}/submit",
 }
+# Rollout routes that start one (on the signed decision with none) or resume one (the paused one).
+STARTS_ROLLOUT = {"GET /decisions/{decision}/rollouts/new/", "POST /decisions/{decision}/rollouts/new/",
+                  "POST /api/decisions/{id}/rollouts"}
+ON_PAUSED_ROLLOUT = {"/api/rollouts/{id}/resume"}
+QUERY = {"/api/decisions/{id}/rollout-export": "?tool=flagger"}
 MUTATIONS = ("POST", "PUT", "PATCH", "DELETE")
+_START = {"prometheus": "world", "candidate_pool": 'pool="speculative"', "control_pool": 'pool="baseline"'}
+# What a mutation sends, so that a role allowed to call it succeeds (the rest of the API's POSTs: "{}").
+BODIES: dict[str, dict[str, Any]] = {
+    "POST /decisions/{decision}/rollouts/new/": _START | {"stages": "10:30, 100:60", "alpha": "0.05"},
+    "POST /decisions/{decision}/rollouts/{pk}/act/": {"act": "pause", "reason": "x"},
+    "POST /api/decisions/{id}/rollouts": _START | {"stages": [{"share": 10, "minutes": 30}]},
+    "POST /api/rollouts/{id}/pause": {"reason": "x"},
+    "POST /api/rollouts/{id}/stop": {"reason": "x"},
+    "POST /api/rollouts/{id}/rolled-back": {"reason": "x"},
+}
 
 
 def _walk(patterns, prefix=""):
@@ -273,7 +304,7 @@ def _world_build() -> World:
     from console.decisions import services
     from tests.decisions.conftest import draft_complete, draft_make
     from tests.decisions.factories import experiment_make
-    from tests.support.world import runs_results_policy
+    from tests.support.world import rollouts_make, runs_results_policy
 
     home, other = team_default(), team_resolve("other", create=True)
     role_of = {
@@ -312,6 +343,11 @@ def _world_build() -> World:
         draft_make(experiment=experiment, author=users["drafter"]), actor=users["editor"]
     )
     services.decision_submit(decision=submitted, actor=users["submitter"])
+    # signed by an approver who is none of the roles: "approver" took part in nothing
+    signer = user_create(username="m-signer", password="x" * 10, role="approver", team=home)
+    objects |= rollouts_make(
+        experiment, author=users["creator"], signer=signer, pool="speculative-world", reason="canary paused"
+    )
     return World(
         users=users,
         ids=objects
@@ -325,7 +361,7 @@ def _world_build() -> World:
     )
 
 
-def concrete(path: str, ids: dict[str, int]) -> str:
+def concrete(path: str, ids: dict[str, int], method: str = "GET") -> str:
     if path == "/admin/*":
         return "/admin/"
     parts = path.strip("/").split("/")
@@ -341,18 +377,32 @@ def concrete(path: str, ids: dict[str, int]) -> str:
         pk = ids["run"]
     if path.startswith("/policies/schedule/"):  # an experiment's schedule
         pk = ids["experiment"]
+    decision = None
+    if "/rollout" in path:
+        decision = ids["signed_idle"] if f"{method} {path}" in STARTS_ROLLOUT else ids["signed"]
+        pk = ids["paused_rollout"] if path in ON_PAUSED_ROLLOUT else ids["rollout"]
+        if path.startswith("/api/decisions/"):
+            pk = decision
     # the JSON API names its path parameter "id" (as its OpenAPI document does), the pages "pk"
-    values = {"pk": pk, "id": pk, "run_pk": ids["failed_run"], "a": ids["result_a"], "b": ids["result_b"]}
-    out = re.sub(r"\{([a-z_]+)\}", lambda m: str(values[m.group(1)]), path)
+    values = {
+        "pk": pk,
+        "id": pk,
+        "run_pk": ids["failed_run"],
+        "a": ids["result_a"],
+        "b": ids["result_b"],
+        "decision": decision,
+        "tool": "argo",
+    }
+    out = re.sub(r"\{([a-z_]+)\}", lambda m: str(values[m.group(1)]), path) + QUERY.get(path, "")
     assert "None" not in out, f"no sample object for {path}"
     return out
 
 
-def call(client: Client, method: str, url: str, *, api_token: str | None):
+def call(client: Client, method: str, url: str, *, api_token: str | None, body: dict[str, Any] | None = None):
     headers = {"HTTP_AUTHORIZATION": f"Bearer {api_token}"} if api_token else {}
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"data": body} if body else {}
     if url.startswith("/api/") and method in ("POST", "PUT", "PATCH"):
-        kwargs = {"data": "{}", "content_type": "application/json"}
+        kwargs = {"data": json.dumps(body or {}), "content_type": "application/json"}
     return getattr(client, method.lower())(url, **kwargs, **headers)
 
 
@@ -370,7 +420,12 @@ def outcome(response, url: str) -> str:
 
 
 def check(world: World, method: str, path: str, role: str) -> str:
-    url = concrete(path, world.ids)
+    return outcome(respond(world, method, path, role), concrete(path, world.ids, method))
+
+
+def respond(world: World, method: str, path: str, role: str):
+    """``role``'s answer to ``method`` on ``path`` (with its body), in a savepoint rolled back."""
+    url = concrete(path, world.ids, method)
     client = Client(raise_request_exception=False)
     token = None
     if role != "anonymous":
@@ -384,13 +439,13 @@ def check(world: World, method: str, path: str, role: str) -> str:
         else:
             client.force_login(user)
     with transaction.atomic():
-        response = call(client, method, url, api_token=token)
+        response = call(client, method, url, api_token=token, body=BODIES.get(f"{method} {path}"))
         transaction.set_rollback(True)  # the next role sees the same world
     if method == "GET" and role in NO_RAW_TEXT:
         body = b"".join(response.streaming_content) if response.streaming else response.content
         shown = [m for m in MARKERS if m.encode() in body]
         assert not shown, f"GET {url} showed {role} the raw text {shown}"
-    return outcome(response, url)
+    return response
 
 
 @pytest.mark.parametrize("key", sorted(MATRIX))
@@ -415,3 +470,24 @@ def test_it_refuses_methods_a_route_does_not_list(path, world, db):
             if got not in (DENIED, "status 405"):
                 wrong[f"{method} as {role}"] = got
     assert not wrong, f"{path} answers methods the matrix does not list: {wrong}"
+
+
+# What the decision's team's engineer gets with BODIES: the act done, not a refusal of its input.
+OPERATED = {
+    "POST /decisions/{decision}/rollouts/new/": 302,  # to the new rollout's page
+    "POST /decisions/{decision}/rollouts/{pk}/act/": 302,
+    "POST /api/decisions/{id}/rollouts": 201,
+    "POST /api/rollouts/{id}/pause": 200,
+    "POST /api/rollouts/{id}/resume": 200,
+    "POST /api/rollouts/{id}/stop": 200,
+    "POST /api/rollouts/{id}/rolled-back": 200,
+}
+
+
+@pytest.mark.parametrize("key", sorted(OPERATED))
+def test_it_lets_the_team_s_engineer_operate_a_rollout(key, world, db):
+    method, path = key.split(" ", 1)
+    response = respond(world, method, path, "engineer")
+    assert response.status_code == OPERATED[key], response.content[:500]
+    if response.status_code == 302:
+        assert "/rollouts/" in response["Location"] and "/new/" not in response["Location"]

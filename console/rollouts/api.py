@@ -17,7 +17,7 @@ from console.rollouts import selectors, services
 from console.rollouts.models import Rollout
 
 router = Router(tags=["rollouts"])
-Number = StrictInt | StrictFloat
+Number = Annotated[StrictInt, Field(ge=-(2**53), le=2**53)] | StrictFloat  # an int beyond a float's overflows
 
 
 class StageIn(Strict):
@@ -30,7 +30,7 @@ class RolloutStartIn(Strict):
     candidate_pool: text(500) = Field(description='label matchers of the candidate\'s pods: pool="spec"')  # type: ignore[valid-type]
     control_pool: text(500) = Field(description='label matchers of the control\'s pods: pool="baseline"')  # type: ignore[valid-type]
     stages: list[StageIn] = Field(min_length=1, max_length=services.MAX_STAGES)
-    alpha: Annotated[Number, Field(gt=0, le=0.2)] = 0.05
+    alpha: Annotated[Number, Field(ge=0.0001, le=0.2)] = 0.05  # the start form's bounds
 
 
 class ReasonIn(Strict):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from urllib.parse import urlsplit
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -328,10 +329,13 @@ def _finite(value: Any, what: str) -> float:
 
 
 def _address(address: str) -> str:
-    _require(
-        isinstance(address, str) and re.fullmatch(r"https?://[^\s]+", address) is not None,
-        f"Prometheus address {address!r} must be an http(s) URL",
-    )
+    ok = isinstance(address, str) and re.fullmatch(r"https?://[^\s\x00-\x1f\x7f]+", address) is not None
+    try:
+        parts = urlsplit(address) if ok else None
+        ok = bool(parts and parts.hostname and not parts.username and not parts.password)
+    except ValueError:  # an unclosed IPv6 bracket and the like
+        ok = False
+    _require(ok, f"Prometheus address {str(address)[:200]!r} must be an http(s) URL with a host")
     return address
 
 

@@ -98,8 +98,8 @@ def check_arguments(*, op: str, threshold: float, alpha: float, min_samples: int
         raise ValueError(f"op ({op!r}) must be one of {', '.join(OPS)}")
     if not _is_real(threshold) or not math.isfinite(threshold):
         raise ValueError(f"threshold ({threshold!r}) must be a finite number")
-    if not _is_real(alpha) or not 0 < alpha <= 0.5:
-        raise ValueError(f"alpha ({alpha!r}) must be in (0, 0.5]")
+    if not _is_real(alpha) or not 1e-12 <= alpha <= 0.5:  # 1/alpha finite, looks_needed ends
+        raise ValueError(f"alpha ({alpha!r}) must be in [1e-12, 0.5]")
     if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 1:
         raise ValueError(f"min_samples ({min_samples!r}) must be an integer >= 1")
 
@@ -111,6 +111,7 @@ def _is_real(value: object) -> bool:
 def looks_needed(*, alpha: float, min_samples: int, effect_scale: float = EFFECT_SCALE) -> int:
     """Looks before a breach may be declared: ``min_samples`` or the fewest at which ``BF_n`` can
     reach ``1 / alpha`` at all (``2 (1 + n tau**2) ** ((n - 1) / 2) >= 1 / alpha``), the larger."""
+    check_arguments(op=">", threshold=0.0, alpha=alpha, min_samples=min_samples)
     target = math.log(1 / alpha) - math.log(2)
     n = 1
     while (n - 1) / 2 * math.log1p(n * effect_scale**2) < target:

@@ -39,6 +39,7 @@ from console.rollouts.selectors import rollout_bundle
 MAX_STAGES = 20
 MAX_STAGE_MINUTES = 7 * 24 * 60
 REASON_MAX_CHARS = 2000
+MIN_ALPHA = 0.0001  # below it the test needs looks no rollout takes (and 1/alpha may overflow)
 STARTABLE = (Decision.Status.APPROVED, Decision.Status.APPROVED_WITH_CONDITIONS)
 
 
@@ -71,7 +72,9 @@ def stages_check(stages: Any) -> list[dict[str, Any]]:
         share = stage.get("share") if isinstance(stage, Mapping) else None
         minutes = stage.get("minutes") if isinstance(stage, Mapping) else None
         for name, value, top in (("share", share, 100), ("minutes", minutes, MAX_STAGE_MINUTES)):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                isinstance(value, int) or math.isfinite(value)  # a huge int is out of bounds, below
+            ):
                 raise RolloutError(f"stages, stage {n}: {name} must be a number", field="stages")
             if not 0 < value <= top:
                 raise RolloutError(f"stages, stage {n}: {name} must be above 0 and at most {top}", field="stages")
@@ -98,8 +101,8 @@ def _fields_check(*, prometheus: str, candidate_pool: str, control_pool: str, al
     if pools["candidate_pool"] == pools["control_pool"]:
         raise RolloutError("control_pool: the same selector as the candidate's: nothing to compare",
                            field="control_pool")
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha <= 0.2:
-        raise RolloutError("alpha: a false-alarm rate above 0 and at most 0.2", field="alpha")
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not MIN_ALPHA <= alpha <= 0.2:
+        raise RolloutError(f"alpha: a false-alarm rate from {MIN_ALPHA} to 0.2", field="alpha")
     return pools
 
 

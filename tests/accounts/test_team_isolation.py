@@ -6,7 +6,9 @@ route names, and searches the response for unique marker strings planted in each
 prompts, references and outputs.
 
 The world is built once per module (two teams, each with a trace, an experiment with its runs and
-results, a policy and a submitted decision); each request runs in a savepoint rolled back after it.
+results, a policy, a submitted decision, and signed decisions with a running and a paused rollout
+whose pool selector and reason carry the team's markers); each request runs in a savepoint rolled
+back after it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.world import runs_results_policy, world_rolled_back
+from tests.support.world import rollouts_make, runs_results_policy, world_rolled_back
 from tests.test_authorization_matrix import MATRIX, concrete
 
 TEAMS = ("alpha", "beta")
@@ -43,6 +45,8 @@ def markers(team: str) -> dict[str, str]:
         "prompt": f"{tag}-PROMPT-TEXT-3c9d",
         "reference": f"{tag}-REFERENCE-TEXT-e4a1",
         "output": f"{tag}-OUTPUT-TEXT-f2b8",
+        "rollout_pool": f"{tag}-ROLLOUT-POOL-9c3e",  # the running rollout's candidate pool label
+        "rollout_reason": f"{tag}-ROLLOUT-REASON-6a1d",  # why it was paused (then resumed)
     }
 
 
@@ -91,6 +95,14 @@ def _team_objects(team, author, approvers) -> dict[str, int]:
         actor=approvers[1],
     )
     services.decision_submit(decision=submitted, actor=approvers[1])
+    objects |= rollouts_make(
+        experiment,
+        author=approvers[0],
+        signer=approvers[1],
+        pool=mark["rollout_pool"],
+        reason=mark["rollout_reason"],
+        title=mark["decision_title"],
+    )
     return objects | {
         "trace": trace.pk,
         "experiment": experiment.pk,
@@ -194,6 +206,7 @@ def test_the_markers_are_there_for_those_who_may_read_them(world, db):
         "/decisions/",
         f"/traces/{ids['trace']}/",
         f"/analysis/runs/{ids['run']}/",
+        f"/decisions/{ids['signed']}/rollouts/{ids['rollout']}/",
     ]
     body = "".join(client.get(p).content.decode() for p in pages)
     mark = markers("alpha")

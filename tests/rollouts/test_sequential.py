@@ -105,8 +105,8 @@ def test_it_reads_values_at_the_threshold_as_no_evidence():
         ({"op": "!="}, "op ('!=') must be one of >, >=, <, <="),
         ({"threshold": math.nan}, "threshold (nan) must be a finite number"),
         ({"threshold": math.inf}, "threshold (inf) must be a finite number"),
-        ({"alpha": 0.0}, r"alpha (0.0) must be in (0, 0.5]"),
-        ({"alpha": 0.6}, r"alpha (0.6) must be in (0, 0.5]"),
+        ({"alpha": 0.0}, r"alpha (0.0) must be in [1e-12, 0.5]"),
+        ({"alpha": 0.6}, r"alpha (0.6) must be in [1e-12, 0.5]"),
         ({"min_samples": 0}, "min_samples (0) must be an integer >= 1"),
     ],
 )

@@ -65,7 +65,9 @@ def test_it_starts_with_the_decisions_triggers_in_full_and_records_who(rollout, 
         ({"stages": [{"share": 0, "minutes": 5}]}, "stages", "share must be above 0"),
         ({"stages": [{"share": 50, "minutes": float("nan")}]}, "stages", "minutes must be a number"),
         ({"stages": [{"share": 50, "minutes": 5}, {"share": 10, "minutes": 5}]}, "stages", "never falls"),
-        ({"alpha": 0.5}, "alpha", "at most 0.2"),
+        ({"alpha": 0.5}, "alpha", "from 0.0001 to 0.2"),
+        ({"alpha": 5e-324}, "alpha", "from 0.0001 to 0.2"),  # 1/alpha overflows: the looks needed never end
+        ({"stages": [{"share": 10**400, "minutes": 30}]}, "stages", "at most 100"),
     ],
 )
 def test_it_refuses_a_bad_start_naming_the_field_and_starts_nothing(signed, engineer, closed, change, field, words):
