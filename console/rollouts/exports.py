@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from urllib.parse import urlsplit
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
