@@ -155,6 +155,7 @@ CLEARED = {
     "rollback_steps": "",
     "rollback_owner": "",
     "rollback_verification": "",
+    "approvals_required": None,  # the deployment's number (SPECREVIEW_APPROVALS_REQUIRED)
 }
 
 

@@ -111,7 +111,20 @@ def world(engineer, approver, second_approver, settings):
     )
     a = RequestResult.objects.filter(run=baseline).order_by("pk").first()
     b = RequestResult.objects.get(run=candidate_run, request_id=a.request_id)
+    # a rollout of the signed decision, so the matrix's rollout routes have objects to show
+    from console.rollouts.services import rollout_start
+    from tests.support.world import WORLD_PROMETHEUS
+
+    settings.SPECREVIEW_PROMETHEUS = WORLD_PROMETHEUS
+    rollout = rollout_start(
+        decision=signed, actor=engineer, prometheus=next(iter(WORLD_PROMETHEUS)), candidate_pool='pool="spec"',
+        control_pool='pool="baseline"', stages=[{"share": 10, "minutes": 30}],
+    )  # fmt: skip
     ids = {
+        "signed": signed.pk,
+        "signed_idle": signed.pk,
+        "rollout": rollout.pk,
+        "paused_rollout": rollout.pk,
         "trace": experiment.trace_id,
         "experiment": experiment.pk,
         "policy": policy.pk,
