@@ -25,12 +25,15 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.core.mail import send_mail
+from django.db import transaction
 
 log = logging.getLogger(__name__)
 
 EMAIL_TARGET = "email"
+NOTIFY_TASK = "workers.notify"
 
 
 class DeliveryError(Exception):
@@ -103,3 +106,20 @@ def deliver(payload: dict[str, Any], *, only: list[str] | None = None) -> list[s
             log.warning("notification %s (%s): %s", payload["delivery"], payload["event"], exc)
             failed.append(target)
     return failed
+
+
+def notification_queue(payload: dict[str, Any], *, only: list[str] | None = None) -> None:
+    """Queue ``workers.notify`` with ``payload`` on the housekeeping queue once the surrounding
+    transaction commits (a rolled-back act notifies nobody), for ``only`` those targets or every
+    configured one. A broker that refuses the task is logged: a notification never undoes the
+    act it reports."""
+
+    def send() -> None:
+        try:
+            current_app.send_task(
+                NOTIFY_TASK, kwargs={"payload": payload, "only": only}, queue=settings.HOUSEKEEPING_QUEUE
+            )
+        except Exception:
+            log.exception("notification %s (%s): the broker refused its task", payload["delivery"], payload["event"])
+
+    transaction.on_commit(send)

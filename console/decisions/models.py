@@ -134,8 +134,9 @@ class Decision(models.Model):
         return super().delete(*args, **kwargs)
 
 
-class _AppendOnly(models.Model):
-    """Rows written once and never changed (sign-offs, archive records, audit events)."""
+class AppendOnly(models.Model):
+    """Rows written once and never changed (sign-offs, archive records, audit events; a rollout's
+    looks and events): ``save()`` of a stored row and ``delete()`` raise ``FrozenDecisionError``."""
 
     class Meta:
         abstract = True
@@ -149,7 +150,7 @@ class _AppendOnly(models.Model):
         raise FrozenDecisionError(f"{type(self).__name__} rows are append-only")
 
 
-class SignOff(_AppendOnly):
+class SignOff(AppendOnly):
     """One approver's signature: a decision collects ``approvals_needed`` approvals from distinct
     approvers, or one rejection (signing is ``decisions.signing``)."""
 
@@ -173,7 +174,7 @@ class SignOff(_AppendOnly):
         ]
 
 
-class ArchiveRecord(_AppendOnly):
+class ArchiveRecord(AppendOnly):
     """One signed decision, or one rollout's end state (``kind``), in the hash chain.
 
     ``bundle`` is the canonical JSON text exactly as hashed (a text column, not JSON, so the
@@ -207,7 +208,7 @@ class ArchiveRecord(_AppendOnly):
         return f"archive #{self.sequence} ({self.kind} of decision {self.decision_id or self.rollout_decision_id})"
 
 
-class AuditEvent(_AppendOnly):
+class AuditEvent(AppendOnly):
     class Action(models.TextChoices):
         CREATED = "created"
         EDITED = "edited"

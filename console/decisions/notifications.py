@@ -9,21 +9,14 @@ hashes: no prompt or output ever, and no link with a host (the console does not 
 
 from __future__ import annotations
 
-import logging
 import uuid
 from typing import Any
 
-from celery import current_app
-from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from console.decisions.models import Decision
-from console.notify import targets
+from console.notify import notification_queue, targets
 
-log = logging.getLogger(__name__)
-
-NOTIFY_TASK = "workers.notify"
 EVENTS = ("decision.submitted", "decision.signed")
 
 
@@ -60,16 +53,6 @@ def event_payload(*, event: str, decision: Decision) -> dict[str, Any]:
 
 def notify(*, event: str, decision: Decision) -> None:
     """Send ``event`` to every configured target once the surrounding transaction commits (nothing
-    when none is configured). A broker that refuses the task is logged: a notification never undoes
-    the act it reports."""
-    if not targets():
-        return
-    payload = event_payload(event=event, decision=decision)
-
-    def send() -> None:
-        try:
-            current_app.send_task(NOTIFY_TASK, kwargs={"payload": payload}, queue=settings.HOUSEKEEPING_QUEUE)
-        except Exception:
-            log.exception("notification %s of decision %s: the broker refused its task", event, decision.pk)
-
-    transaction.on_commit(send)
+    when none is configured; ``console.notify.notification_queue``)."""
+    if targets():
+        notification_queue(event_payload(event=event, decision=decision))

@@ -292,14 +292,19 @@ _TRIGGER_UNITS: dict[str, Callable[[Any], str]] = {
 }
 
 
+def trigger_value(value: Any, unit: str = "", *, difference: bool = False) -> str:
+    """A number in a trigger's unit ("59.0 ms", "35.4%"; another unit follows the number as typed);
+    a ``difference`` of two shares (a trigger compared with the control) in percentage points."""
+    if difference and unit == "fraction":
+        return numbers.points(value)
+    return _TRIGGER_UNITS[unit](value) if unit in _TRIGGER_UNITS else numbers.number(value, unit)
+
+
 def trigger_condition(trigger: Mapping[str, Any]) -> str:
     """A rollback trigger's condition: "> 59.0 ms", "< 35.4%", "> 4.0 ms over the control"."""
-    threshold, unit = trigger.get("threshold"), str(trigger.get("unit") or "")
-    over = " over the control" if trigger.get("compare") == "control" else ""
-    if over and unit == "fraction":  # a difference of two shares: percentage points
-        return f"{trigger.get('op', '')} {numbers.points(threshold)}{over}".strip()
-    shown = _TRIGGER_UNITS[unit](threshold) if unit in _TRIGGER_UNITS else numbers.number(threshold, unit)
-    return f"{trigger.get('op', '')} {shown}{over}".strip()
+    control = trigger.get("compare") == "control"
+    shown = trigger_value(trigger.get("threshold"), str(trigger.get("unit") or ""), difference=control)
+    return f"{trigger.get('op', '')} {shown}{' over the control' if control else ''}".strip()
 
 
 def trigger_text(trigger: Mapping[str, Any]) -> str:
@@ -352,5 +357,6 @@ __all__ = [
     "stored_words",
     "trigger_condition",
     "trigger_text",
+    "trigger_value",
     "utc_text",
 ]

@@ -24,13 +24,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from console.decisions.triggers import trigger_evaluable
-from console.decisions.words import trigger_condition
+from console.decisions.words import trigger_condition, trigger_value
 from console.rollouts.models import Look, Rollout
 from console.rollouts.notifications import notify, revert_request
 from console.rollouts.prometheus import PrometheusError, instant_query, query_render
 from console.rollouts.sequential import sequential_evaluate
 from console.rollouts.services import event_add, rollout_archive
-from console.rollouts.words import observation_text
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +112,7 @@ def _due(rollout: Rollout, index: int, trigger: dict[str, Any], now: datetime) -
 
 def _breach(rollout: Rollout, breached: list[tuple[int, dict[str, Any], Look]]) -> None:
     names = "; ".join(
-        f"{t['metric']}: mean {observation_text(look.mean, t)} over {look.n} looks, {trigger_condition(t)}"
+        f"{t['metric']}: mean {trigger_value(look.mean, t['unit'], difference=t['compare'] == 'control')} over {look.n} looks, {trigger_condition(t)}"
         f" (always-valid p = {look.p_value:.3g} at alpha {rollout.alpha:g})"
         for _, t, look in breached
     )

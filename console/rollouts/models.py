@@ -8,12 +8,10 @@ decision never changes, but the copy says what this rollout evaluated, whatever 
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.conf import settings
 from django.db import models
 
-from console.decisions.models import Decision, FrozenDecisionError
+from console.decisions.models import AppendOnly, Decision
 
 
 class Rollout(models.Model):
@@ -64,20 +62,7 @@ class Rollout(models.Model):
         return self.state in self.ACTIVE
 
 
-class _WrittenOnce(models.Model):
-    class Meta:
-        abstract = True
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        if not self._state.adding:
-            raise FrozenDecisionError(f"{type(self).__name__} rows are append-only")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args: Any, **kwargs: Any):
-        raise FrozenDecisionError(f"{type(self).__name__} rows are append-only")
-
-
-class Look(_WrittenOnce):
+class Look(AppendOnly):
     """One trigger looked at once: both pools' values over its window, the observation the
     sequential test adds (candidate minus control, or the candidate's value), and the test's
     state after it. ``state`` ``no_data`` or ``error`` adds no observation."""
@@ -107,7 +92,7 @@ class Look(_WrittenOnce):
         indexes = [models.Index(fields=["rollout", "trigger", "at"])]
 
 
-class RolloutEvent(_WrittenOnce):
+class RolloutEvent(AppendOnly):
     """The rollout's audit trail: started, each look, paused, resumed, breach, rolled back,
     stopped, completed. ``actor`` is empty for the periodic evaluation."""
 

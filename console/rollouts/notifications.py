@@ -7,20 +7,14 @@ The payload names the rollout, its decision, team, stage and state: no prompt, n
 
 from __future__ import annotations
 
-import logging
 import uuid
 from typing import Any
 
-from celery import current_app
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
-from console.decisions.notifications import NOTIFY_TASK
-from console.notify import targets
+from console.notify import notification_queue, targets
 from console.rollouts.models import Rollout
-
-log = logging.getLogger(__name__)
 
 EVENTS = (
     "rollout.started",
@@ -61,28 +55,15 @@ def event_payload(*, event: str, rollout: Rollout) -> dict[str, Any]:
     }
 
 
-def _queue(payload: dict[str, Any], *, only: list[str] | None) -> None:
-    def send() -> None:
-        try:
-            current_app.send_task(
-                NOTIFY_TASK, kwargs={"payload": payload, "only": only}, queue=settings.HOUSEKEEPING_QUEUE
-            )
-        except Exception:
-            log.exception("notification %s of rollout %s: the broker refused its task", payload["event"],
-                          payload["rollout"]["id"])
-
-    transaction.on_commit(send)
-
-
 def notify(*, event: str, rollout: Rollout) -> None:
     """``event`` to every configured target once the transaction commits (none configured: nothing)."""
     if targets():
-        _queue(event_payload(event=event, rollout=rollout), only=None)
+        notification_queue(event_payload(event=event, rollout=rollout))
 
 
 def revert_request(*, rollout: Rollout) -> bool:
     """Post ``rollout.revert`` to the operator's revert webhooks; False when none is configured."""
     urls = list(settings.SPECREVIEW_ROLLOUT_REVERT_URLS)
     if urls:
-        _queue(event_payload(event="rollout.revert", rollout=rollout), only=urls)
+        notification_queue(event_payload(event="rollout.revert", rollout=rollout), only=urls)
     return bool(urls)

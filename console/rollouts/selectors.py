@@ -9,13 +9,14 @@ import math
 import re
 from typing import Any
 
+import numpy as np
 from django.db.models import QuerySet
-from scipy import stats
 
 from console.accounts import teams
 from console.decisions.models import Decision
 from console.decisions.triggers import trigger_evaluable
 from console.decisions.words import trigger_condition
+from console.policies.pairs import benefit_interval
 from console.rollouts import exports
 from console.rollouts.models import Look, Rollout, RolloutEvent
 from console.rollouts.sequential import looks_needed
@@ -65,15 +66,10 @@ def _prediction(decision: Decision, trigger: dict[str, Any]) -> list[dict[str, A
 def _observed(values: list[float]) -> dict[str, Any] | None:
     """Mean of the observations and a 95% t interval (per look; not adjusted for the repeated
     looks: the breach decision is the sequential test's, this is for reading)."""
-    n = len(values)
-    if n == 0:
+    if not values:
         return None
-    mean = sum(values) / n
-    if n < 2:
-        return {"n": n, "mean": mean, "lo": None, "hi": None}
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
-    return {"n": n, "mean": mean, "lo": mean - half, "hi": mean + half}
+    mean, lo, hi = benefit_interval(np.asarray(values, dtype=float), stat="mean")
+    return {"n": len(values), "mean": mean, "lo": lo if math.isfinite(lo) else None, "hi": hi if math.isfinite(hi) else None}
 
 
 def trigger_rows(rollout: Rollout) -> list[dict[str, Any]]:

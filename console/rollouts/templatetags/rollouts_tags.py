@@ -7,9 +7,9 @@ from typing import Any
 
 from django import template
 
+from console.decisions.words import trigger_value
 from console.rollouts import selectors
 from console.rollouts.models import Look
-from console.rollouts.words import observation_text, value_text
 
 register = template.Library()
 
@@ -32,13 +32,13 @@ def state_badge(state: str) -> str:
 @register.filter
 def value(number: Any, unit: str = "") -> str:
     """A pool's measured value in its trigger's unit (seconds as durations, fractions as percents)."""
-    return value_text(number, unit)
+    return trigger_value(number, unit)
 
 
 @register.filter
 def observed(number: Any, trigger: dict[str, Any]) -> str:
     """An observation of ``trigger`` (a difference in points when it compares with the control)."""
-    return observation_text(number, trigger)
+    return trigger_value(number, str(trigger.get("unit") or ""), difference=trigger.get("compare") == "control")
 
 
 @register.simple_tag
