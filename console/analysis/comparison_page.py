@@ -30,6 +30,7 @@ class Column:
     unit: str
     value: Stat
     compared: tuple[str, str] | None = None
+    interval: str | None = None  # the row's field prefix of the value's own ``_lo``/``_hi``, where it has them
 
 
 def _whole_experiment(value: Callable[[HeadlineRow], float | int | None]) -> Stat:
@@ -49,7 +50,7 @@ HEADLINE_COLUMNS = [
     Column("ttft_s_p95", "TTFT p95", "s", lambda r: r.ttft_s_p95, ("ttft_s", "p95")),
     Column("tpot_s_p50", "TPOT p50", "ms", lambda r: r.tpot_s_p50, ("tpot_s", "p50")),
     Column("e2e_s_p99", "e2e p99", "s", lambda r: r.e2e_s_p99, ("e2e_s", "p99")),
-    Column("acceptance_rate", "acceptance", "%", lambda r: r.acceptance_rate),
+    Column("acceptance_rate", "acceptance", "%", lambda r: r.acceptance_rate, interval="acceptance_rate"),
     Column("mean_acceptance_length", "mean accept. length", "", lambda r: r.mean_acceptance_length),
     Column("tokens_per_pass", "tokens/target pass", "", lambda r: r.tokens_per_pass),
 ]
@@ -96,15 +97,8 @@ def floor_text(metric: str, floor: float) -> str:
     """A noise floor with the unit its metric's name says: seconds (``_s``, shown in ms below
     1 s), requests per second (``_rps``), dollars (``_usd``), percentage points (a share of
     requests, ``SHARE_METRICS``), else a bare number."""
-    if metric.endswith("_s"):
-        return numbers.plus_minus(floor, "s")
-    if metric.endswith("_rps"):
-        return numbers.plus_minus(floor, "req/s")
-    if metric.endswith("_usd"):
-        return numbers.plus_minus(floor, "$")
-    if metric in SHARE_METRICS:
-        return numbers.plus_minus(floor, "pp")
-    return numbers.plus_minus(floor)
+    by_suffix = next((unit for suffix, unit in (("_s", "s"), ("_rps", "req/s"), ("_usd", "$")) if metric.endswith(suffix)), None)
+    return numbers.plus_minus(floor, by_suffix or ("pp" if metric in SHARE_METRICS else ""))
 
 
 @dataclass(frozen=True)
@@ -139,6 +133,9 @@ def _headline_table(rows: list[slice_view.TableRow], saturated: Mapping[str, str
         cells = []
         for column in HEADLINE_COLUMNS:
             cell = _delta_cell(deltas.get(column.compared) if column.compared else None)
+            lo, hi = (getattr(stats, f"{column.interval}_{end}", None) for end in ("lo", "hi"))
+            if lo is not None and hi is not None:  # the value's own interval (a headline row's)
+                cell = DeltaCell(delta=f"95% CI {numbers.interval(lo, hi, column.unit)}")
             note = notes if column.key in SATURATION_COLUMNS else None
             cells.append(Cell(_fmt(column.value(stats), column.unit), cell.verdict, cell.delta, cell.floor, note))
         table.append(

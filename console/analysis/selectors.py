@@ -69,9 +69,9 @@ def _cache_key(experiment: Experiment, runs: list[Run], version: int) -> str:
 # changes success, 7: "sessions", 8: accelerator-hours on busy time, "cost_basis", which changes
 # every cost, 9: "capacity" from the capacity-search steps, which leave the matrix's loads,
 # "cost_basis" "capacity" where a search ran, "load_weights", 10: "environment", the speculation
-# rows' no_evidence and config_mismatch, 11: the declared output bucket as a slice dimension): a
-# new count recomputes older stored comparisons.
-COMPARISON_VERSION = 11
+# rows' no_evidence and config_mismatch, 11: the declared output bucket as a slice dimension,
+# 12: the headline's acceptance interval): a new count recomputes older stored comparisons.
+COMPARISON_VERSION = 12
 
 
 def comparison_key(*, experiment: Experiment, runs: list[Run] | None = None) -> str:

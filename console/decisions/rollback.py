@@ -8,6 +8,7 @@ trigger is, and its checks, are in ``decisions.triggers``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,11 +78,34 @@ def _latency_trigger(facts: Mapping[str, Any], *, metric: str, traffic_class: st
     }
 
 
+def _acceptance_trigger(facts: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Acceptance below the lowest lower bound of the candidate's 95% intervals over its loads;
+    where no interval was measured (too few drafting requests, or a comparison from before
+    intervals), below 80% of the lowest rate measured; None without either. Rounded down, so
+    the threshold never sits above the bound."""
+    bound, rate = facts.get("acceptance_rate_lo_min"), facts.get("acceptance_rate_min")
+    if isinstance(bound, int | float) and bound > 0:
+        metric, threshold = "acceptance rate (below the evaluated interval's lower bound)", float(bound)
+    elif isinstance(rate, int | float) and rate > 0:
+        metric, threshold = "acceptance rate (80% of the lowest measured; no interval)", 0.8 * float(rate)
+    else:
+        return None
+    return {
+        "metric": metric,
+        "op": "<",
+        "threshold": math.floor(threshold * 1000) / 1000,
+        "unit": "fraction",
+        "compare": "absolute",
+        "query": QUERIES["acceptance"],
+    }
+
+
 def default_rollback_triggers(*, facts: Mapping[str, Any], traffic_class: str) -> list[dict[str, Any]]:
     """Triggers pre-filled from evidence, each a look every ``WINDOW_MIN`` minutes and
     ``MIN_SAMPLES`` looks before a breach: the promised class's p95 TPOT and end-to-end latency
-    above the control's beyond the A/A noise floor (seconds); the acceptance rate under 80% of
-    the lowest measured at any load (fraction); preemptions above the control's (per second);
+    above the control's beyond the A/A noise floor (seconds); the acceptance rate under the
+    lowest lower bound of its evaluated 95% intervals (fraction; 80% of the lowest rate where no
+    interval was measured); preemptions above the control's (per second);
     KV-cache usage 10 points above the control's (fraction); the aborted share 1 point above the
     control's (fraction, rolls back); invalid structured outputs above the control's share."""
     triggers: list[dict[str, Any]] = []
@@ -89,18 +113,9 @@ def default_rollback_triggers(*, facts: Mapping[str, Any], traffic_class: str) -
         trigger = _latency_trigger(facts, metric=metric, traffic_class=traffic_class)
         if trigger:
             triggers.append(trigger)
-    rate = facts.get("acceptance_rate_min")
-    if isinstance(rate, int | float) and rate > 0:
-        triggers.append(
-            {
-                "metric": "acceptance rate (80% of the lowest measured)",
-                "op": "<",
-                "threshold": round(0.8 * float(rate), 3),
-                "unit": "fraction",
-                "compare": "absolute",
-                "query": QUERIES["acceptance"],
-            }
-        )
+    acceptance = _acceptance_trigger(facts)
+    if acceptance:
+        triggers.append(acceptance)
     triggers += [
         {
             "metric": "preemptions above the control's",

@@ -87,6 +87,9 @@ def test_it_reports_acceptance_for_candidates_only(summary):
     assert k2["accepted_per_pass"] == pytest.approx(1 + 2 * k2["acceptance_rate"])  # k = 2 every step
     base = _row(summary["headline"], arm="base", load="1x")
     assert base["steps"] == 0 and base["acceptance_rate"] is None
+    # the acceptance rate's interval, the request the unit: around the rate, none for the baseline
+    assert 0 <= k2["acceptance_rate_lo"] < k2["acceptance_rate"] < k2["acceptance_rate_hi"] <= 1
+    assert base["acceptance_rate_lo"] is None and base["acceptance_rate_hi"] is None
     positions = [r for r in summary["acceptance"]["by_position"] if r["arm"] == "k4" and r["load"] == "1x"]
     assert [r["position"] for r in positions] == [1, 2, 3, 4]
     assert all(a["rate"] >= b["rate"] for a, b in zip(positions, positions[1:], strict=False))

@@ -83,6 +83,8 @@ def test_it_shows_the_noise_floor_in_each_cell_and_marks_exploratory_cells(viewe
     assert re.search(r'<td>e2e latency p95</td><td class="num">2</td><td class="num">±[0-9.]+ m?s</td>', table)
     assert re.search(r'<td class="num">±[0-9.]+%</td>', table)
     assert re.search(r'<td>success mean</td><td class="num">2</td><td class="num">±[0-9.]+ pp</td>', table)
+    # the candidate's acceptance with its own interval (not a paired comparison: no verdict)
+    assert re.search(r'<td class="num ">[0-9.]+%<span class="delta">95% CI \[[0-9.]+%, [0-9.]+%\]</span></td>', html)
     one = experiment_synthesize(n_requests=60, ks=(2,), loads="1x", repeats=1, seed=4)
     comparison_refresh(experiment_id=one.pk, n_boot=200)
     html = viewer_client.get(f"/analysis/experiments/{one.pk}/").content.decode()

@@ -180,6 +180,8 @@ def summary_passing() -> dict[str, Any]:
                     "e2e_s_p99": 4.0,
                     "tpot_s_p95": 0.03,
                     "acceptance_rate": None if arm == "baseline" else (0.6 if load == "1x" else 0.55),
+                    "acceptance_rate_lo": None if arm == "baseline" else (0.56 if load == "1x" else 0.4987),
+                    "acceptance_rate_hi": None if arm == "baseline" else (0.64 if load == "1x" else 0.6),
                     "deltas": _deltas() if arm == "ngram" else [],
                 }
             )

@@ -34,10 +34,24 @@ def test_it_drafts_with_a_computed_gate_a_prefilled_checklist_and_rollback(draft
     assert "$pool" in tpot[0]["query"] and tpot[0]["window_min"] == 2 and tpot[0]["min_samples"] == 5
     assert all(t["query"] for t in draft.rollback_triggers)  # every default trigger can be evaluated
     acceptance = [t for t in draft.rollback_triggers if t["metric"].startswith("acceptance rate")]
-    assert (
-        acceptance and acceptance[0]["op"] == "<" and acceptance[0]["threshold"] == pytest.approx(0.8 * 0.55)
-    )
+    # below the lowest lower bound of the candidate's acceptance intervals (0.4987 at 4x), rounded down
+    assert acceptance and acceptance[0]["op"] == "<" and acceptance[0]["threshold"] == 0.498
+    assert "interval's lower bound" in acceptance[0]["metric"] and acceptance[0]["compare"] == "absolute"
     assert actions(draft) == [("created", "erin-engineer")]
+
+
+def test_without_an_acceptance_interval_the_trigger_falls_back_to_the_lowest_rate():
+    from console.decisions.rollback import default_rollback_triggers
+
+    def acceptance(**facts):
+        found = [t for t in default_rollback_triggers(facts=facts, traffic_class="chat") if "acceptance" in t["metric"]]
+        return found[0] if found else None
+
+    fallback = acceptance(acceptance_rate_min=0.55, acceptance_rate_lo_min=None)
+    assert fallback["threshold"] == 0.44 and "no interval" in fallback["metric"]
+    assert acceptance(acceptance_rate_min=0.55, acceptance_rate_lo_min=0.0)["threshold"] == 0.44
+    assert acceptance(acceptance_rate_min=None, acceptance_rate_lo_min=None) is None
+    assert acceptance(acceptance_rate_min=0.0) is None  # never drafted anything accepted: nothing to guard
 
 
 def test_it_refuses_a_draft_from_a_viewer(experiment, viewer):

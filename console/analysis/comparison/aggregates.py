@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from console.analysis.acceptance import acceptance_aggregate, tokens_per_pass
+from console.analysis.acceptance_interval import acceptance_interval
 from console.analysis.comparison.saturation import SaturationRow, saturation_rows
 from console.analysis.comparison.spec import RUN_SPREAD_COLUMNS, SLICE_POINT_COLUMNS
 from console.analysis.cost import cost_per_success, run_costs
@@ -115,11 +116,14 @@ def per_run_rows(agg: Aggregator, costs: pd.DataFrame) -> pd.DataFrame:
 
 
 def headline_rows(agg: Aggregator, costs: pd.DataFrame, *, base_arm: str, regressions: pd.DataFrame) -> pd.DataFrame:
-    """One row per arm x load: its metrics, costs summed over its runs, and its number of
-    quality regressions."""
+    """One row per arm x load: its metrics, its acceptance rate's interval (the request the
+    unit), costs summed over its runs, and its number of quality regressions."""
     derived = agg.derived
     run_keys = derived.drop_duplicates("run_id").set_index("run_id")[["arm", "load", "repeat"]]
     headline = agg.table(["arm", "load"])
+    headline = headline.merge(
+        acceptance_interval(agg.request_steps, derived, by=["arm", "load"]), on=["arm", "load"], how="left"
+    )
     cost_by_run = costs.drop(columns=["arm", "load", "repeat"], errors="ignore").merge(
         run_keys.reset_index(), on="run_id"
     )

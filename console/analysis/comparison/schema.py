@@ -320,6 +320,10 @@ class HeadlineRow(Costs, Validity, Acceptance, Volume, PooledGaps, RequestLatenc
 
     is_baseline: bool
     n_regressions: int  # quality regressions against the baseline
+    # 95% interval of acceptance_rate, requests the unit (console.analysis.acceptance_interval);
+    # None: fewer than 12 requests drafted (or none did)
+    acceptance_rate_lo: Value
+    acceptance_rate_hi: Value
     deltas: tuple[DeltaRow, ...]  # empty for the baseline
 
 

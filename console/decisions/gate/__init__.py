@@ -45,7 +45,9 @@ gate's own JSON, stored with its result and re-evaluated without the comparison:
   "load", "check", "n", "regressions", "improvements", "mcnemar_p", "baseline_flip_rate"}]}``
   (complete counts, never a truncated list). Graded correctness (the comparison's ``correctness``,
   check ``"correct"``: baseline right, candidate wrong) joins these checks.
-- ``headline`` (point estimates frozen into the evidence), ``acceptance_rate_min``, ``memory``,
+- ``headline`` (point estimates frozen into the evidence), ``acceptance_rate_min`` (the
+  candidate's lowest acceptance rate over its loads), ``acceptance_rate_lo_min`` (the lowest
+  lower bound of its 95% acceptance intervals; None where none was measured), ``memory``,
   ``stats_reported``, ``acceptance_by_task`` (read by the checklist).
 - ``not_speculating``: the comparison's reasons, one per load, why the candidate (configured to
   speculate) drafted nothing at all (the summary's ``speculation`` rows flagged

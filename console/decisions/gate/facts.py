@@ -99,6 +99,8 @@ def gate_facts_from_summary(
     ]
     rates = [h.acceptance_rate for h in headline if h.arm == candidate_arm and finite(h.acceptance_rate)]
     facts["acceptance_rate_min"] = min(rates) if rates else None
+    bounds = [h.acceptance_rate_lo for h in headline if h.arm == candidate_arm and finite(h.acceptance_rate_lo)]
+    facts["acceptance_rate_lo_min"] = min(bounds) if bounds else None
     facts["memory"] = _memory_facts(
         headline, candidate_arm=candidate_arm, baseline_arm=baseline, capacity_bytes=capacity_bytes
     )
@@ -173,6 +175,7 @@ def _arm_free_facts(summary: Comparison | None, *, candidate_arm: str | None) ->
         "notes": [],
         "headline": [],
         "acceptance_rate_min": None,
+        "acceptance_rate_lo_min": None,
         "not_speculating": [],
         "no_speculation_evidence": [],
         "config_mismatch": [],
