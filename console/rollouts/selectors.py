@@ -30,6 +30,9 @@ _HISTOGRAMS = {
     "time_to_first_token": "ttft_s",
 }
 _QUANTILE = re.compile(r"histogram_quantile\(\s*0?\.(5|95|99)\s*,")
+# vLLM's spec-decode counters, accepted over drafted: the evaluation's acceptance rate.
+_ACCEPTANCE = ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total")
+ACCEPTANCE = ("acceptance_rate", "rate")
 SERIES_LOOKS = 60  # the page's sparkline: the last looks
 EXPORT_STAGES = "10:10,50:10,100:10"
 
@@ -39,8 +42,13 @@ def rollouts_of(*, decision: Decision, user: Any) -> QuerySet[Rollout]:
 
 
 def predicted_by(trigger: dict[str, Any]) -> tuple[str, str] | None:
-    """(metric, stat) of the comparison a control trigger's query measures, or None."""
+    """(metric, stat) of the comparison a trigger's query measures, or None: a quantile of one
+    of vLLM's latency histograms against the control (a paired delta was signed), or vLLM's
+    accepted over drafted tokens on the candidate alone (``ACCEPTANCE``: the candidate's rate
+    and its interval were signed)."""
     query = str(trigger.get("query") or "")
+    if trigger.get("compare") == "absolute" and all(name in query for name in _ACCEPTANCE):
+        return ACCEPTANCE
     quantile = _QUANTILE.search(query)
     if trigger.get("compare") != "control" or not quantile:
         return None
@@ -51,11 +59,21 @@ def predicted_by(trigger: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def _prediction(decision: Decision, trigger: dict[str, Any]) -> list[dict[str, Any]]:
-    """The signed paired deltas (candidate minus baseline, seconds) of the promised class."""
+    """What the decision signed, per load: the paired deltas (candidate minus baseline, seconds)
+    of the promised class, ``{"load", "delta", "lo", "hi"}``; for the acceptance rate the
+    candidate's own rate and its interval, ``{"load", "value", "lo", "hi"}``."""
     key = predicted_by(trigger)
     if key is None:
         return []
-    rows = ((decision.gate or {}).get("facts") or {}).get("comparisons") or []
+    facts = (decision.gate or {}).get("facts") or {}
+    if key == ACCEPTANCE:
+        candidate = (decision.gate or {}).get("candidate_arm")
+        return [
+            {"load": h.get("load"), "value": h.get("acceptance_rate"), "lo": h.get("acceptance_rate_lo"), "hi": h.get("acceptance_rate_hi")}
+            for h in facts.get("headline") or []
+            if h.get("arm") == candidate and h.get("acceptance_rate") is not None
+        ]
+    rows = facts.get("comparisons") or []
     return [
         {"load": r.get("load"), "delta": r.get("delta"), "lo": r.get("delta_lo"), "hi": r.get("delta_hi")}
         for r in rows

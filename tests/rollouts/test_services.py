@@ -212,3 +212,20 @@ def test_a_rollback_triggers_breach_queues_the_revert_webhook_alone(
     assert breach["only"] is None and breach["payload"]["event"] == "rollout.breach"
     settings.SPECREVIEW_ROLLOUT_REVERT_URLS = []
     assert notifications.revert_request(rollout=rollout) is False
+
+
+def test_production_is_read_against_what_the_decision_signed(rollout, signed):
+    from console.rollouts.selectors import trigger_rows
+
+    rows = {row["trigger"]["metric"]: row for row in trigger_rows(rollout)}
+    acceptance = next(row for metric, row in rows.items() if metric.startswith("acceptance rate"))
+    # the candidate's acceptance rate and its interval at each load, as the evidence froze them
+    assert acceptance["predicted"] == [
+        {"load": "1x", "value": 0.6, "lo": 0.56, "hi": 0.64},
+        {"load": "4x", "value": 0.55, "lo": 0.4987, "hi": 0.6},
+    ]
+    tpot = next(row for metric, row in rows.items() if metric.startswith("p95 TPOT"))
+    assert tpot["predicted"] and all(set(p) == {"load", "delta", "lo", "hi"} for p in tpot["predicted"])
+    # preemptions, KV usage, aborted and invalid shares: nothing the evaluation measured the same way
+    unpredicted = [metric for metric, row in rows.items() if not row["predicted"]]
+    assert len(unpredicted) == 4 and not any(m.startswith(("acceptance", "p95 TPOT")) for m in unpredicted)

@@ -112,6 +112,14 @@ def test_it_shows_a_breach_on_the_rollout_and_decision_pages(signed, engineer, e
     assert '<span class="badge fail">paused: rollback recommended</span>' in card
 
 
+def test_it_shows_the_signed_acceptance_rate_beside_production(signed, engineer, engineer_client, named):
+    html = _page(engineer_client, _start(signed, engineer))
+    table = html[html.index('id="prediction"') : html.index("</section>", html.index('id="prediction"'))]
+    row = next(r for r in table.split("<tr>") if r.startswith("<td>acceptance rate"))
+    # no looks yet; what was signed: the candidate's rate and its 95% interval per load
+    assert "no looks yet" in row and "1x: 60% [56%, 64%]<br>4x: 55% [49.9%, 60%]" in row
+
+
 def test_it_offers_the_registered_prometheus_servers(signed, engineer_client, named):
     response = engineer_client.get(f"/decisions/{signed.pk}/rollouts/new/")
     assert response.status_code == 200

@@ -37,6 +37,8 @@ HEADLINE_FIELDS: tuple[str, ...] = (
     "goodput_rps",
     "deadline_attainment",
     "acceptance_rate",
+    "acceptance_rate_lo",
+    "acceptance_rate_hi",
     "mean_acceptance_length",
     "tokens_per_pass",
     "accepted_per_pass",
