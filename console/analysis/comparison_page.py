@@ -133,9 +133,10 @@ def _headline_table(rows: list[slice_view.TableRow], saturated: Mapping[str, str
         cells = []
         for column in HEADLINE_COLUMNS:
             cell = _delta_cell(deltas.get(column.compared) if column.compared else None)
-            lo, hi = (getattr(stats, f"{column.interval}_{end}", None) for end in ("lo", "hi"))
-            if lo is not None and hi is not None:  # the value's own interval (a headline row's)
-                cell = DeltaCell(delta=f"95% CI {numbers.interval(lo, hi, column.unit)}")
+            if column.interval:  # the value's own interval, where the row has one (a headline row)
+                lo, hi = (getattr(stats, f"{column.interval}_{end}", None) for end in ("lo", "hi"))
+                if lo is not None and hi is not None:
+                    cell = DeltaCell(delta=f"95% CI {numbers.interval(lo, hi, column.unit)}")
             note = notes if column.key in SATURATION_COLUMNS else None
             cells.append(Cell(_fmt(column.value(stats), column.unit), cell.verdict, cell.delta, cell.floor, note))
         table.append(

@@ -56,26 +56,9 @@ def decision_document(*, decision: Decision) -> dict[str, Any]:
         "configs": evidence["configs"],
         "versions": evidence["versions"],
         "hardware": evidence["hardware"],
-        "archive": (
-            {
-                "sequence": record.sequence,
-                "bundle_sha256": record.bundle_sha256,
-                "previous_sha256": record.previous_sha256,
-                "record_sha256": record.record_sha256,
-            }
-            if record
-            else None
-        ),
+        "archive": selectors.archive_hashes(record),
         "superseded_by": superseded_by.pk if superseded_by else None,
-        "events": [
-            {
-                "action": e.action,
-                "actor": e.actor.username,
-                "role": e.actor_role,
-                "at": selectors.iso_utc(e.at),
-            }
-            for e in selectors.decision_events(decision=decision)
-        ],
+        "events": selectors.decision_audit_rows(decision=decision),
     }
 
 

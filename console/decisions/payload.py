@@ -53,24 +53,7 @@ def decision_payload(decision: Decision, *, full: bool) -> dict[str, Any]:
         "approvals_count": approvals["count"],
         "supersedes_id": decision.supersedes_id,
         "superseded_by_id": superseded_by.pk if superseded_by else None,
-        "archive": (
-            {
-                "sequence": record.sequence,
-                "bundle_sha256": record.bundle_sha256,
-                "previous_sha256": record.previous_sha256,
-                "record_sha256": record.record_sha256,
-            }
-            if record
-            else None
-        ),
-        "audit": [
-            {
-                "action": e.action,
-                "actor": e.actor.username,
-                "role": e.actor_role,
-                "at": selectors.iso_utc(e.at),
-            }
-            for e in selectors.decision_events(decision=decision)
-        ],
+        "archive": selectors.archive_hashes(record),
+        "audit": selectors.decision_audit_rows(decision=decision),
     }
     return out

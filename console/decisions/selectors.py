@@ -89,6 +89,26 @@ def decision_events(*, decision: Decision) -> QuerySet[AuditEvent]:
     return decision.events.select_related("actor").order_by("at", "id")
 
 
+def decision_audit_rows(*, decision: Decision) -> list[dict[str, Any]]:
+    """The audit trail as the API and the exports print it: action, actor, role, UTC time."""
+    return [
+        {"action": e.action, "actor": e.actor.username, "role": e.actor_role, "at": iso_utc(e.at)}
+        for e in decision_events(decision=decision)
+    ]
+
+
+def archive_hashes(record: ArchiveRecord | None) -> dict[str, Any] | None:
+    """A signed decision's place in the hash chain (None before it is archived)."""
+    if record is None:
+        return None
+    return {
+        "sequence": record.sequence,
+        "bundle_sha256": record.bundle_sha256,
+        "previous_sha256": record.previous_sha256,
+        "record_sha256": record.record_sha256,
+    }
+
+
 # What each audit action makes its actor, for separation of duties (see docs/authorization.md).
 _PARTICIPATION: dict[str, str] = {
     AuditEvent.Action.CREATED: "drafted",

@@ -118,13 +118,21 @@ SCENARIOS = (
 )
 
 
-def plugin_breach(excess: FloatArray, *, alpha: float) -> npt.NDArray[np.bool_]:
-    """Whether the one-sided normal mixture with the sample SD plugged in ever reaches 1/alpha."""
+def _running_moments(excess: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Per rollout and look: the number of looks n, the running sum and the running sample SD
+    (NaN at the first look)."""
     n = np.arange(1, excess.shape[1] + 1, dtype=np.float64)
     s1 = np.cumsum(excess, axis=1)
     s2 = np.cumsum(excess * excess, axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         sd = np.sqrt(np.maximum(s2 - s1 * s1 / n, 0.0) / (n - 1))
+    return n, s1, sd
+
+
+def plugin_breach(excess: FloatArray, *, alpha: float) -> npt.NDArray[np.bool_]:
+    """Whether the one-sided normal mixture with the sample SD plugged in ever reaches 1/alpha."""
+    n, s1, sd = _running_moments(excess)
+    with np.errstate(divide="ignore", invalid="ignore"):
         b = s1 / sd
     a = n + 1 / EFFECT_SCALE**2
     log_lr = (
@@ -137,11 +145,8 @@ def plugin_breach(excess: FloatArray, *, alpha: float) -> npt.NDArray[np.bool_]:
 
 def naive_breach(excess: FloatArray, *, alpha: float) -> npt.NDArray[np.bool_]:
     """Whether a one-sided level-alpha t-test repeated at every look ever rejects."""
-    n = np.arange(1, excess.shape[1] + 1, dtype=np.float64)
-    s1 = np.cumsum(excess, axis=1)
-    s2 = np.cumsum(excess * excess, axis=1)
+    n, s1, sd = _running_moments(excess)
     with np.errstate(divide="ignore", invalid="ignore"):
-        sd = np.sqrt(np.maximum(s2 - s1 * s1 / n, 0.0) / (n - 1))
         t = s1 / n / (sd / np.sqrt(n))
         critical = stats.t.ppf(1 - alpha, np.maximum(n - 1, 1))
     hit = np.nan_to_num(t, nan=-np.inf) > critical
